@@ -1,0 +1,3 @@
+"""es_provider: permission-safe OpenSearch retrieval for agent platforms."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,121 @@
+"""Permissions (CONTRACT §5), defined once: each filter is a pair of an OpenSearch clause and a Python
+predicate over a hit's `_source`, kept side by side so they cannot drift apart.
+
+Pure: no I/O. The clauses go in the `filter` context of the one bool query; the predicates re-check hits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+TENANT_FIELD = "tenant_id"
+SUBJECTS_FIELD = "acl.subjects"
+GROUPS_FIELD = "acl.groups"
+PUBLIC_FIELD = "acl.public"
+
+Clause = dict[str, Any]
+
+
+class Filter(StrEnum):
+    TENANT = "TENANT"
+    SUBJECT = "SUBJECT"
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who is asking, only ever taken from the authenticated request and the service's own principal store."""
+
+    app_id: str
+    tenant_id: str | None
+    subject_id: str | None
+    groups: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        # An empty tenant means "no tenant": such a caller sees only application-shared chunks.
+        if self.tenant_id == "":
+            object.__setattr__(self, "tenant_id", None)
+
+
+def _strings(value: Any) -> list[str]:
+    """A keyword field as OpenSearch matches it: one string or a list of strings; anything else matches nothing."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, str)]
+    return []
+
+
+# --- TENANT: the chunk's tenant is the caller's, or the chunk is application-shared (no tenant). ---
+
+def _tenant_clause(identity: Identity) -> Clause:
+    shared: list[Clause] = [
+        {"bool": {"must_not": [{"exists": {"field": TENANT_FIELD}}]}},
+        {"term": {TENANT_FIELD: ""}},
+    ]
+    if identity.tenant_id is not None:
+        shared.append({"term": {TENANT_FIELD: identity.tenant_id}})
+    return {"bool": {"should": shared, "minimum_should_match": 1}}
+
+
+def _tenant_allows(source: Mapping[str, Any], identity: Identity) -> bool:
+    tenant = source.get(TENANT_FIELD)
+    if tenant is None or tenant in ("", []):
+        return True
+    if not isinstance(tenant, str):
+        return False  # a multi-valued tenant is malformed: fail closed
+    return identity.tenant_id is not None and tenant == identity.tenant_id
+
+
+# --- SUBJECT: public, or the subject is listed, or one of its groups is. No ACL = nobody. ---
+
+def _subject_clause(identity: Identity) -> Clause:
+    should: list[Clause] = [{"term": {PUBLIC_FIELD: True}}]
+    if identity.subject_id is not None:
+        should.append({"term": {SUBJECTS_FIELD: identity.subject_id}})
+    if identity.groups:
+        should.append({"terms": {GROUPS_FIELD: sorted(identity.groups)}})
+    return {"bool": {"should": should, "minimum_should_match": 1}}
+
+
+def _subject_allows(source: Mapping[str, Any], identity: Identity) -> bool:
+    acl = source.get("acl")
+    if not isinstance(acl, Mapping):
+        return False
+    if acl.get("public") is True:
+        return True
+    if identity.subject_id is not None and identity.subject_id in _strings(acl.get("subjects")):
+        return True
+    return not identity.groups.isdisjoint(_strings(acl.get("groups")))
+
+
+_RULES: dict[Filter, tuple[Callable[[Identity], Clause], Callable[[Mapping[str, Any], Identity], bool]]] = {
+    Filter.TENANT: (_tenant_clause, _tenant_allows),
+    Filter.SUBJECT: (_subject_clause, _subject_allows),
+}
+
+# Fields a hit's _source must carry for `visible` to judge it.
+SOURCE_FIELDS = (TENANT_FIELD, "acl")
+# Fields an index must map for each filter to be enforceable.
+REQUIRED_MAPPING = {
+    Filter.TENANT: (TENANT_FIELD,),
+    Filter.SUBJECT: (SUBJECTS_FIELD, GROUPS_FIELD, PUBLIC_FIELD),
+}
+
+
+def ordered(filters: Iterable[Filter]) -> tuple[Filter, ...]:
+    """Filters in their canonical order, de-duplicated."""
+    wanted = set(filters)
+    return tuple(f for f in Filter if f in wanted)
+
+
+def permission_clauses(identity: Identity, filters: Iterable[Filter]) -> list[tuple[Filter, Clause]]:
+    """The filter-context clauses enforcing `filters` for `identity`, each tagged with the filter it enforces."""
+    return [(f, _RULES[f][0](identity)) for f in ordered(filters)]
+
+
+def visible(source: Mapping[str, Any], identity: Identity, filters: Iterable[Filter]) -> bool:
+    """The same rules as `permission_clauses`, evaluated in Python on one hit's `_source`."""
+    return all(_RULES[f][1](source, identity) for f in ordered(filters))

@@ -1,0 +1,73 @@
+"""Index lifecycle: versioned indices `<alias>-v<N>` built from mappings/, behind the knowledge base's alias."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from es_provider.config import KnowledgeBase
+from es_provider.engine import Engine
+
+DEFAULT_MAPPINGS = Path(os.environ.get("ES_PROVIDER_MAPPINGS", Path(__file__).resolve().parent.parent / "mappings"))
+
+
+class AdminError(Exception):
+    """An index operation that cannot proceed; the message says why."""
+
+
+def load_index_body(mappings_dir: Path = DEFAULT_MAPPINGS, *, replicas: int | None = None) -> dict[str, Any]:
+    path = mappings_dir / "chunks.json"
+    try:
+        body: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise AdminError(f"cannot load {path}: {exc}") from None
+    if replicas is not None:
+        body.setdefault("settings", {}).setdefault("index", {})["number_of_replicas"] = replicas
+    return body
+
+
+def _version_of(index: str, alias: str) -> int | None:
+    match = re.fullmatch(re.escape(alias) + r"-v(\d+)", index)
+    return int(match.group(1)) if match else None
+
+
+async def versions(engine: Engine, kb: KnowledgeBase) -> list[int]:
+    indices = await engine.list_indices(f"{kb.alias}-v*")
+    found = (_version_of(name, kb.alias) for name in indices)
+    return sorted(v for v in found if v is not None)
+
+
+async def create(engine: Engine, kb: KnowledgeBase, body: dict[str, Any], *, exist_ok: bool = False) -> str:
+    """Creates `<alias>-v<N+1>` and points the alias at it; returns the index name."""
+    current = await engine.alias_targets(kb.alias)
+    if current:
+        if exist_ok:
+            return current[0]
+        raise AdminError(f"knowledge base {kb.id} already exists (alias {kb.alias} → {', '.join(current)})")
+    if await engine.index_exists(kb.alias):
+        raise AdminError(f"an index named {kb.alias} exists where the alias should be")
+    existing = await versions(engine, kb)
+    index = f"{kb.alias}-v{(existing[-1] if existing else 0) + 1}"
+    await engine.create_index(index, body)
+    await engine.update_aliases([{"add": {"index": index, "alias": kb.alias, "is_write_index": True}}])
+    return index
+
+
+async def drop(engine: Engine, kb: KnowledgeBase) -> list[str]:
+    """Deletes the alias and every version of the knowledge base's index."""
+    indices = [f"{kb.alias}-v{v}" for v in await versions(engine, kb)]
+    for index in indices:
+        await engine.delete_index(index)
+    return indices
+
+
+async def describe(engine: Engine, kb: KnowledgeBase) -> dict[str, Any]:
+    return {
+        "id": kb.id,
+        "alias": kb.alias,
+        "indices": [f"{kb.alias}-v{v}" for v in await versions(engine, kb)],
+        "active": await engine.alias_targets(kb.alias),
+    }

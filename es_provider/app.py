@@ -1,0 +1,64 @@
+"""create_app(): routes, typed state, and the cleanup context that owns the OpenSearch client."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping
+
+import orjson
+from aiohttp import web
+
+from es_provider.auth import ReplayCache, load_credentials
+from es_provider.config import Settings
+from es_provider.engine import Engine
+from es_provider.errors import KnowledgeError
+from es_provider.protocols import sparktide
+from es_provider.retrieval import Retriever
+from es_provider.service import SERVICES, Services
+
+log = logging.getLogger("es_provider.app")
+ENGINE = web.AppKey("engine", Engine)
+
+
+async def healthz(_: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    settings = request.app[SERVICES].settings
+    try:
+        await engine.info()
+        missing = [kb.id for kb in settings.knowledge if not await engine.alias_targets(kb.alias)]
+    except KnowledgeError as exc:
+        log.warning("not ready: %s", exc.detail)
+        return web.Response(status=503, body=orjson.dumps({"status": "unavailable"}), content_type="application/json")
+    if missing:
+        body = {"status": "unavailable", "missing_knowledge": missing}
+        return web.Response(status=503, body=orjson.dumps(body), content_type="application/json")
+    return web.json_response({"status": "ready"})
+
+
+def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> web.Application:
+    # Secrets are read now, so a missing one stops the service at start, naming the variable.
+    credentials = load_credentials(settings, os.environ if environ is None else environ)
+    app = web.Application()
+
+    async def engine_context(app: web.Application) -> AsyncIterator[None]:
+        engine = Engine(settings.opensearch.url, timeout_s=settings.opensearch.timeout_s)
+        app[ENGINE] = engine
+        app[SERVICES] = Services(
+            settings=settings,
+            credentials=credentials,
+            retriever=Retriever(engine, pivot=settings.scoring.bm25_pivot),
+            replays=ReplayCache(settings.server.signature_window_s),
+        )
+        yield
+        await engine.close()
+
+    app.cleanup_ctx.append(engine_context)
+    app.router.add_post("/agent/knowledge/{knowledge_id}/{version}", sparktide.handle)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app

@@ -1,0 +1,122 @@
+"""Credentials → Identity. Secrets come only from the environment (or a file an environment variable names),
+are compared in constant time, and never leave this module in a log line or an error."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from es_provider.config import ApiKey, ConfigError, Settings
+
+_BEARER = "bearer "
+
+
+def read_secret(name: str, environ: Mapping[str, str]) -> bytes:
+    """The secret in `$NAME`, or in the file `$NAME_FILE` names (Docker/Kubernetes secrets)."""
+    value = environ.get(name)
+    if value is None and environ.get(f"{name}_FILE"):
+        try:
+            value = Path(environ[f"{name}_FILE"]).read_text(encoding="utf-8").strip()
+        except OSError:
+            raise ConfigError(f"secret file named by {name}_FILE cannot be read") from None
+    if not value:
+        raise ConfigError(f"environment variable {name} (a secret the configuration refers to) is not set")
+    return value.encode("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    callback_secrets: dict[str, bytes]  # knowledge id → SparkTide callback secret
+    api_keys: tuple[tuple[bytes, ApiKey], ...]
+
+
+def load_credentials(settings: Settings, environ: Mapping[str, str]) -> Credentials:
+    return Credentials(
+        callback_secrets={kb.id: read_secret(kb.secret_ref, environ) for kb in settings.knowledge},
+        api_keys=tuple((read_secret(key.key_ref, environ), key) for key in settings.api_keys),
+    )
+
+
+def bearer_token(header: str | None) -> bytes | None:
+    """The token of an `Authorization: Bearer <token>` header; None when missing or malformed."""
+    if header is None or len(header) <= len(_BEARER) or header[: len(_BEARER)].lower() != _BEARER:
+        return None
+    token = header[len(_BEARER) :].strip()
+    if not token or " " in token:
+        return None
+    return token.encode("utf-8", "surrogateescape")
+
+
+def callback_knowledge(credentials: Credentials, token: bytes) -> frozenset[str]:
+    """Knowledge ids whose callback secret equals `token`. Every secret is compared, so timing reveals nothing."""
+    matched = set()
+    for kb_id, secret in credentials.callback_secrets.items():
+        if hmac.compare_digest(secret, token):
+            matched.add(kb_id)
+    return frozenset(matched)
+
+
+def api_key_for(credentials: Credentials, token: bytes) -> ApiKey | None:
+    found: ApiKey | None = None
+    for secret, key in credentials.api_keys:
+        if hmac.compare_digest(secret, token) and found is None:
+            found = key
+    return found
+
+
+def groups_of(settings: Settings, subject_id: str | None, extra: tuple[str, ...] | list[str] = ()) -> frozenset[str]:
+    """A subject's groups from the service's own principal store, never from the request."""
+    groups = set(extra)
+    if subject_id is not None:
+        groups.update(settings.principals.get(subject_id, ()))
+    return frozenset(groups)
+
+
+class ReplayCache:
+    """Signatures seen within the window; a second use of one is a replay."""
+
+    def __init__(self, window_s: float, max_entries: int = 100_000) -> None:
+        self._window_s = window_s
+        self._max = max_entries
+        self._seen: OrderedDict[str, float] = OrderedDict()
+
+    def first_use(self, signature: str, now: float) -> bool:
+        while self._seen and next(iter(self._seen.values())) < now:
+            self._seen.popitem(last=False)
+        if signature in self._seen:
+            return False
+        if len(self._seen) >= self._max:
+            self._seen.popitem(last=False)
+        self._seen[signature] = now + self._window_s
+        return True
+
+
+def verify_signature(
+    secret: bytes,
+    *,
+    timestamp: str | None,
+    signature: str | None,
+    body: bytes,
+    window_s: float,
+    replays: ReplayCache,
+    now: float | None = None,
+) -> bool:
+    """HMAC-SHA256 over `timestamp + "." + body` (hex), with a timestamp window and one use per signature."""
+    if not timestamp or not signature or not timestamp.isdigit() or len(timestamp) > 16:
+        return False
+    now = time.time() if now is None else now
+    # Timestamps in seconds or milliseconds are both common; accept either.
+    ts = int(timestamp)
+    ts_s = ts / 1000.0 if ts > 10**11 else float(ts)
+    if abs(now - ts_s) > window_s:
+        return False
+    expected = hmac.new(secret, timestamp.encode("ascii") + b"." + body, hashlib.sha256).hexdigest()
+    presented = signature.strip().lower().removeprefix("sha256=")
+    if not hmac.compare_digest(expected.encode("ascii"), presented.encode("utf-8", "surrogateescape")):
+        return False
+    return replays.first_use(presented, now)

@@ -1,0 +1,138 @@
+"""The TOML configuration file (CONTRACT §3) → one validated, immutable settings object.
+
+Secrets are not read here: the file only names the environment variables that hold them (see auth.py).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from es_provider.acl import Filter
+
+Ident = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+$")]
+# Enum members are given as their names (strings), so this one field is validated leniently.
+FilterName = Annotated[Filter, Field(strict=False)]
+EnvName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class OpenSearchSettings(_Strict):
+    url: str = "http://127.0.0.1:9200"
+    # Upper bound for one engine call when no caller deadline applies (admin commands, readiness).
+    timeout_s: float = Field(default=30.0, gt=0)
+
+
+class ServerSettings(_Strict):
+    max_body_bytes: int = Field(default=65536, ge=1024, le=16 * 1024 * 1024)
+    # Subtracted from every deadline so that our answer, not the caller's timer, ends the request.
+    deadline_margin_ms: int = Field(default=50, ge=0, le=5000)
+    max_deadline_ahead_ms: int = Field(default=600_000, ge=1000)
+    # Budget for protocols that carry no deadline (AgentArts, Dify: Dify's own client gives up after 5 s).
+    default_budget_ms: int = Field(default=4000, ge=100)
+    idempotency_window_s: float = Field(default=300.0, ge=0)
+    signature_window_s: float = Field(default=300.0, gt=0)
+
+
+class ScoringSettings(_Strict):
+    # Raw BM25 score at which the normalised score is 0.5 (scores.py).
+    bm25_pivot: float = Field(default=10.0, gt=0)
+
+
+class KnowledgeBase(_Strict):
+    id: Ident
+    name: str = Field(min_length=1, max_length=256)
+    description: str = Field(default="", max_length=4096)
+    versions: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(min_length=1)
+    alias: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[a-z0-9][a-z0-9_\-]*$")]
+    protocol: Literal["1.0", "legacy"] = "1.0"
+    mandatory_filters: list[FilterName] = Field(default_factory=list)
+    top_k: int = Field(default=3, ge=1, le=10)
+    secret_ref: EnvName
+    apps: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(min_length=1)
+    # Require the HMAC signature headers on SparkTide callbacks (CONTRACT §4).
+    signature: bool = False
+
+    @model_validator(mode="after")
+    def _legacy_cannot_filter(self) -> KnowledgeBase:
+        if self.protocol == "legacy" and self.mandatory_filters:
+            # A source that needs filtering must not fall back to the legacy (unfiltered) format.
+            raise ValueError("a legacy knowledge base cannot declare mandatory_filters")
+        if len(set(self.mandatory_filters)) != len(self.mandatory_filters):
+            raise ValueError("mandatory_filters has duplicates")
+        return self
+
+
+class ApiKey(_Strict):
+    key_ref: EnvName
+    app: Annotated[str, Field(min_length=1, max_length=128)]
+    tenants: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
+    subject: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    groups: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
+    knowledge: list[str] = Field(default_factory=list)
+
+
+class Settings(_Strict):
+    opensearch: OpenSearchSettings = OpenSearchSettings()
+    server: ServerSettings = ServerSettings()
+    scoring: ScoringSettings = ScoringSettings()
+    knowledge: list[KnowledgeBase] = Field(default_factory=list)
+    api_keys: list[ApiKey] = Field(default_factory=list)
+    principals: dict[str, list[str]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _references(self) -> Settings:
+        ids = [kb.id for kb in self.knowledge]
+        if len(set(ids)) != len(ids):
+            raise ValueError("knowledge ids must be unique")
+        known = set(ids)
+        for i, key in enumerate(self.api_keys):
+            for kb_id in key.knowledge:
+                if kb_id not in known:
+                    raise ValueError(f"api_keys[{i}].knowledge names unknown knowledge base {kb_id!r}")
+        return self
+
+    def knowledge_base(self, kb_id: str) -> KnowledgeBase | None:
+        return next((kb for kb in self.knowledge if kb.id == kb_id), None)
+
+
+class ConfigError(Exception):
+    """The configuration file is missing or invalid; the message names the offending key."""
+
+
+def _format(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        lines.append(f"{where}: {item['msg']}")
+    return "; ".join(lines)
+
+
+def parse_settings(text: str, environ: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if environ is None else environ
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}") from None
+    if env.get("OPENSEARCH_URL"):
+        raw.setdefault("opensearch", {})["url"] = env["OPENSEARCH_URL"]
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format(exc)) from None
+
+
+def load_settings(path: str | Path, environ: Mapping[str, str] | None = None) -> Settings:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    return parse_settings(text, environ)

@@ -1,0 +1,43 @@
+"""Protocol-neutral types: what a protocol asks the retrieval flow for, and what it gets back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from es_provider.acl import Filter, Identity
+from es_provider.config import KnowledgeBase
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieval:
+    knowledge: tuple[KnowledgeBase, ...]
+    query: str
+    identity: Identity
+    filters: tuple[Filter, ...]  # the filters to enforce: the definition's mandatory ones and any the caller asks for
+    top_k: int  # how many chunks to return at most, after the re-check
+    score_threshold: float = 0.0
+    metadata_filter: dict[str, Any] | None = None  # an already-translated OpenSearch clause (Dify conditions)
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One retrieved chunk, as stored (`_source`) plus its normalised score."""
+
+    knowledge_id: str
+    chunk_id: str
+    document_id: str
+    content: str
+    title: str | None
+    tenant_id: str | None
+    source: dict[str, Any]
+    metadata: dict[str, Any]
+    score: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    chunks: tuple[Chunk, ...]
+    applied_filters: tuple[Filter, ...]
+    dropped: int = 0  # hits OpenSearch returned that the re-check refused (security events)
+    extra: dict[str, Any] = field(default_factory=dict)

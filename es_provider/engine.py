@@ -1,0 +1,204 @@
+"""The only module that talks to OpenSearch, and the one place where its errors become domain errors.
+
+Every call runs inside a budget: the client's request timeout, an asyncio timeout and the tenacity retries of
+transient failures all stop when the budget is spent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from opensearchpy import AsyncOpenSearch
+from opensearchpy.exceptions import ConnectionError as OSConnectionError
+from opensearchpy.exceptions import ConnectionTimeout, NotFoundError, TransportError
+from opensearchpy.helpers import async_streaming_bulk
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_before_delay, wait_exponential
+
+from es_provider.deadline import Budget, fixed_budget
+from es_provider.errors import ErrorCode, KnowledgeError
+
+log = logging.getLogger("es_provider.engine")
+T = TypeVar("T")
+
+_TRANSIENT_STATUS = frozenset({502, 503, 504})
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, ConnectionTimeout):
+        return False  # the budget is what timed out; retrying cannot help
+    if isinstance(exc, OSConnectionError):
+        return True
+    return isinstance(exc, TransportError) and exc.status_code in _TRANSIENT_STATUS
+
+
+def map_error(exc: BaseException) -> KnowledgeError:
+    """OpenSearch / transport failure → domain error. Details go to the log, never to a caller."""
+    if isinstance(exc, KnowledgeError):
+        return exc
+    if isinstance(exc, TimeoutError | ConnectionTimeout):
+        return KnowledgeError(ErrorCode.TIMED_OUT, detail=f"engine call timed out: {type(exc).__name__}")
+    if isinstance(exc, OSConnectionError):
+        return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"engine unreachable: {exc}")
+    if isinstance(exc, TransportError):
+        status = exc.status_code if isinstance(exc.status_code, int) else 0
+        if status == 429 or "rejected_execution" in str(exc.error):
+            return KnowledgeError(ErrorCode.RATE_LIMITED, detail=f"engine rejected: {exc}")
+        return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"engine error {status}: {exc}")
+    return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"unexpected engine failure: {exc!r}")
+
+
+class Engine:
+    def __init__(self, url: str, *, timeout_s: float = 30.0) -> None:
+        self.url = url
+        self._timeout_s = timeout_s
+        # Retries are ours (tenacity, bounded by each request's budget), not the client's.
+        self._client = AsyncOpenSearch(hosts=[url], timeout=timeout_s, max_retries=0, retry_on_timeout=False)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    def _default_budget(self) -> Budget:
+        return fixed_budget(int(self._timeout_s * 1000), now_monotonic=time.monotonic())
+
+    async def _call(self, budget: Budget | None, call: Callable[[float], Awaitable[T]], *, retry: bool = True) -> T:
+        budget = budget or self._default_budget()
+        remaining = budget.remaining(time.monotonic())
+        if remaining <= 0:
+            raise KnowledgeError(ErrorCode.TIMED_OUT, detail="budget spent before the engine call")
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception(_transient) if retry else retry_if_exception(lambda _: False),
+                stop=stop_after_attempt(3) | stop_before_delay(remaining),
+                wait=wait_exponential(multiplier=0.05, max=0.5),
+                reraise=True,
+            ):
+                with attempt:
+                    left = budget.remaining(time.monotonic())
+                    if left <= 0:
+                        raise TimeoutError
+                    async with asyncio.timeout(left):
+                        return await call(left)
+        except Exception as exc:
+            raise map_error(exc) from exc
+        raise KnowledgeError(ErrorCode.UNAVAILABLE, detail="retry loop ended without a result")  # pragma: no cover
+
+    # --- search path ---
+
+    async def search(self, index: str, body: dict[str, Any], budget: Budget) -> dict[str, Any]:
+        async def run(left: float) -> dict[str, Any]:
+            response: dict[str, Any] = await self._client.search(index=index, body=body, request_timeout=left)
+            return response
+
+        response = await self._call(budget, run)
+        if response.get("timed_out"):
+            raise KnowledgeError(ErrorCode.TIMED_OUT, detail="OpenSearch reported timed_out")
+        shards = response.get("_shards") or {}
+        if shards.get("failed"):
+            # Missing shards would make an incomplete answer look complete.
+            raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{shards.get('failed')} shard(s) failed")
+        return response
+
+    async def info(self, budget: Budget | None = None) -> dict[str, Any]:
+        async def run(left: float) -> dict[str, Any]:
+            response: dict[str, Any] = await self._client.info(request_timeout=left)
+            return response
+
+        return await self._call(budget, run)
+
+    # --- index lifecycle (admin.py, ingest) ---
+
+    async def alias_targets(self, alias: str) -> list[str]:
+        """Concrete indices behind `alias`; empty if the alias does not exist."""
+        async def run(left: float) -> list[str]:
+            try:
+                response = await self._client.indices.get_alias(name=alias, request_timeout=left)
+            except NotFoundError:
+                return []
+            return sorted(response)
+
+        return await self._call(None, run)
+
+    async def index_exists(self, index: str) -> bool:
+        async def run(left: float) -> bool:
+            return bool(await self._client.indices.exists(index=index, request_timeout=left))
+
+        return await self._call(None, run)
+
+    async def create_index(self, index: str, body: dict[str, Any]) -> None:
+        async def run(left: float) -> None:
+            await self._client.indices.create(index=index, body=body, request_timeout=left)
+
+        await self._call(None, run, retry=False)
+
+    async def delete_index(self, index: str) -> None:
+        async def run(left: float) -> None:
+            await self._client.indices.delete(index=index, request_timeout=left)
+
+        await self._call(None, run, retry=False)
+
+    async def update_aliases(self, actions: list[dict[str, Any]]) -> None:
+        async def run(left: float) -> None:
+            await self._client.indices.update_aliases(body={"actions": actions}, request_timeout=left)
+
+        await self._call(None, run, retry=False)
+
+    async def list_indices(self, pattern: str) -> dict[str, Any]:
+        async def run(left: float) -> dict[str, Any]:
+            try:
+                response: dict[str, Any] = await self._client.indices.get(index=pattern, request_timeout=left)
+            except NotFoundError:
+                return {}
+            return response
+
+        return await self._call(None, run)
+
+    async def refresh(self, index: str) -> None:
+        async def run(left: float) -> None:
+            await self._client.indices.refresh(index=index, request_timeout=left)
+
+        await self._call(None, run)
+
+    async def put_settings(self, index: str, settings: dict[str, Any]) -> None:
+        async def run(left: float) -> None:
+            await self._client.indices.put_settings(index=index, body=settings, request_timeout=left)
+
+        await self._call(None, run)
+
+    async def delete_by_query(self, index: str, query: dict[str, Any], *, refresh: bool = True) -> int:
+        async def run(left: float) -> int:
+            response = await self._client.delete_by_query(
+                index=index, body={"query": query}, refresh=refresh, conflicts="proceed", request_timeout=left
+            )
+            return int(response.get("deleted", 0))
+
+        return await self._call(None, run)
+
+    async def bulk(
+        self, actions: Iterable[dict[str, Any]], *, chunk_size: int = 500, max_chunk_bytes: int = 5 * 1024 * 1024
+    ) -> AsyncIterator[tuple[bool, dict[str, Any]]]:
+        """Streams per-action outcomes; failures are yielded (never raised away) so the caller can report them."""
+        async for ok, item in async_streaming_bulk(
+            self._client,
+            actions,
+            chunk_size=chunk_size,
+            max_chunk_bytes=max_chunk_bytes,
+            raise_on_error=False,
+            raise_on_exception=False,
+            max_retries=3,
+            initial_backoff=0.5,
+            request_timeout=self._timeout_s,
+        ):
+            yield ok, item
+
+    @asynccontextmanager
+    async def translated(self) -> AsyncIterator[None]:
+        """For callers that drive the client through a helper (bulk): errors leave as domain errors."""
+        try:
+            yield
+        except Exception as exc:
+            raise map_error(exc) from exc

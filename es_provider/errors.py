@@ -1,0 +1,68 @@
+"""Domain errors. Every refusal or failure is one of these; each protocol renders it in its own body."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    ACCESS_DENIED = "KNOWLEDGE_ACCESS_DENIED"
+    TIMED_OUT = "KNOWLEDGE_TIMED_OUT"
+    RATE_LIMITED = "KNOWLEDGE_RATE_LIMITED"
+    UNAVAILABLE = "KNOWLEDGE_UNAVAILABLE"
+    REQUEST_REJECTED = "KNOWLEDGE_REQUEST_REJECTED"
+    PROTOCOL_ERROR = "KNOWLEDGE_PROTOCOL_ERROR"
+
+
+_DEFAULT_STATUS = {
+    ErrorCode.ACCESS_DENIED: 403,
+    ErrorCode.TIMED_OUT: 504,
+    ErrorCode.RATE_LIMITED: 429,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.REQUEST_REJECTED: 422,
+    ErrorCode.PROTOCOL_ERROR: 400,
+}
+
+
+class KnowledgeError(Exception):
+    """A refusal with a protocol-neutral code.
+
+    `safe_message` may reach a caller (it names a field, never a value, index or exception);
+    `detail` is for the log only.
+    """
+
+    def __init__(
+        self,
+        code: ErrorCode,
+        *,
+        status: int | None = None,
+        safe_message: str | None = None,
+        detail: str | None = None,
+    ) -> None:
+        super().__init__(code.value)
+        self.code = code
+        self.status = status if status is not None else _DEFAULT_STATUS[code]
+        self.safe_message = safe_message or _DEFAULT_MESSAGE[code]
+        self.detail = detail
+
+
+_DEFAULT_MESSAGE = {
+    ErrorCode.ACCESS_DENIED: "Access denied.",
+    ErrorCode.TIMED_OUT: "The knowledge search did not finish before the deadline.",
+    ErrorCode.RATE_LIMITED: "The knowledge service is busy; retry later.",
+    ErrorCode.UNAVAILABLE: "The knowledge service is unavailable.",
+    ErrorCode.REQUEST_REJECTED: "The request was rejected.",
+    ErrorCode.PROTOCOL_ERROR: "The request is malformed.",
+}
+
+
+def unauthenticated(detail: str | None = None) -> KnowledgeError:
+    return KnowledgeError(ErrorCode.ACCESS_DENIED, status=401, safe_message="Authentication failed.", detail=detail)
+
+
+def forbidden(detail: str | None = None) -> KnowledgeError:
+    return KnowledgeError(ErrorCode.ACCESS_DENIED, status=403, detail=detail)
+
+
+def protocol_error(message: str, *, status: int = 400, detail: str | None = None) -> KnowledgeError:
+    return KnowledgeError(ErrorCode.PROTOCOL_ERROR, status=status, safe_message=message, detail=detail)

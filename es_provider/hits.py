@@ -1,0 +1,45 @@
+"""Pure mapping of OpenSearch hits to neutral Chunks (score normalised, shape checked)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from es_provider.domain import Chunk
+from es_provider.scores import normalise_bm25
+
+
+class MalformedHit(ValueError):
+    """A stored chunk that lacks what every protocol needs; it is skipped and logged, never sent."""
+
+
+def _optional_str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value != "" else None
+
+
+def to_chunk(hit: Mapping[str, Any], *, knowledge_id: str, pivot: float) -> Chunk:
+    source = hit.get("_source")
+    if not isinstance(source, Mapping):
+        raise MalformedHit("hit has no _source")
+    chunk_id = source.get("chunk_id") or hit.get("_id")
+    document_id = source.get("document_id")
+    content = source.get("content")
+    if not isinstance(chunk_id, str) or not chunk_id:
+        raise MalformedHit("chunk has no id")
+    if not isinstance(document_id, str) or not document_id:
+        raise MalformedHit("chunk has no document_id")
+    if not isinstance(content, str) or not content.strip():
+        raise MalformedHit("chunk has no content")
+    src = source.get("source")
+    metadata = source.get("metadata")
+    return Chunk(
+        knowledge_id=knowledge_id,
+        chunk_id=chunk_id,
+        document_id=document_id,
+        content=content,
+        title=_optional_str(source.get("title")),
+        tenant_id=_optional_str(source.get("tenant_id")),
+        source=dict(src) if isinstance(src, Mapping) else {},
+        metadata=dict(metadata) if isinstance(metadata, Mapping) else {},
+        score=normalise_bm25(hit.get("_score"), pivot),
+    )

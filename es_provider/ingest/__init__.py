@@ -1,0 +1,1 @@
+"""Ingest: readers per format → chunker → bulk writer."""

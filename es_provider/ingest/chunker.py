@@ -1,0 +1,69 @@
+"""Pure chunking: page-aware, paragraph- and sentence-bounded (English and Chinese), with overlap."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+CONTENT_LIMIT = 16384  # the SparkTide item content limit; no chunk may exceed it
+_PARAGRAPHS = re.compile(r"\n\s*\n")
+# A sentence ends at Chinese 。！？； (no space needed) or at . ! ? ; followed by white space.
+_SENTENCES = re.compile(r"(?<=[。！？；])|(?<=[.!?;])\s+")
+_ID_OK = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
+
+
+@dataclass(frozen=True, slots=True)
+class TextChunk:
+    text: str
+    page: int | None
+    paragraph: int  # 1-based paragraph (of the page) where the chunk starts
+
+
+def _sentences(paragraph: str) -> list[str]:
+    return [s.strip() for s in _SENTENCES.split(paragraph) if s and s.strip()]
+
+
+def _hard_split(sentence: str, size: int) -> list[str]:
+    return [sentence[i : i + size] for i in range(0, len(sentence), size)]
+
+
+def split_text(text: str, *, size: int = 1000, overlap: int = 100, page: int | None = None) -> list[TextChunk]:
+    size = max(1, min(size, CONTENT_LIMIT))
+    overlap = max(0, min(overlap, size // 2))
+    pieces: list[tuple[str, int]] = []  # (sentence, paragraph number)
+    for number, paragraph in enumerate(_PARAGRAPHS.split(text.strip()), start=1):
+        for sentence in _sentences(paragraph):
+            pieces.extend((part, number) for part in _hard_split(sentence, size))
+    chunks: list[TextChunk] = []
+    current: list[tuple[str, int]] = []
+    length = 0
+    for piece, number in pieces:
+        joiner = 1 if current else 0
+        if current and length + joiner + len(piece) > size:
+            chunks.append(TextChunk(" ".join(p for p, _ in current), page, current[0][1]))
+            # Carry trailing sentences (up to `overlap` characters) into the next chunk for context.
+            carried: list[tuple[str, int]] = []
+            carried_len = 0
+            for prev in reversed(current):
+                if carried_len + len(prev[0]) + 1 > overlap:
+                    break
+                carried.insert(0, prev)
+                carried_len += len(prev[0]) + 1
+            current = carried
+            length = max(0, carried_len - 1)
+            joiner = 1 if current else 0
+        current.append((piece, number))
+        length += joiner + len(piece)
+    if current:
+        chunks.append(TextChunk(" ".join(p for p, _ in current), page, current[0][1]))
+    return chunks
+
+
+def chunk_id(document_id: str, version: str, position: int) -> str:
+    """Deterministic, valid for every protocol's id rules (1–128 of [A-Za-z0-9_.:-], never . or ..)."""
+    raw = f"{document_id}:{version}:{position}"
+    if _ID_OK.match(raw):
+        return raw
+    digest = hashlib.sha256(f"{document_id}\x00{version}".encode()).hexdigest()[:32]
+    return f"h-{digest}:{position}"

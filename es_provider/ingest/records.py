@@ -1,0 +1,85 @@
+"""The JSON Lines ingest record (CONTRACT §9): one document per line."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Key = Annotated[str, Field(min_length=1, max_length=512)]
+
+
+class Page(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    page: int = Field(ge=1, le=1_000_000)
+    content: str
+
+
+class SourceRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["DOCUMENT", "URL", "INLINE"] = "DOCUMENT"
+    id: Annotated[str, Field(max_length=128)] | None = None
+    version: Annotated[str, Field(max_length=128)] | None = None
+    uri: Annotated[str, Field(max_length=2048)] | None = None
+
+
+class AclRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    subjects: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
+    groups: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
+    public: bool = False
+
+
+class DocumentRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    document_id: Key
+    title: Annotated[str, Field(max_length=512)] | None = None
+    content: str | None = None
+    pages: list[Page] | None = None
+    source: SourceRef = Field(default_factory=SourceRef)
+    tenant_id: Annotated[str, Field(max_length=128)] | None = None
+    acl: AclRecord = Field(default_factory=AclRecord)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_body(self) -> DocumentRecord:
+        if (self.content is None) == (self.pages is None):
+            raise ValueError("exactly one of content and pages is required")
+        return self
+
+    @property
+    def version(self) -> str:
+        return self.source.version or "1"
+
+
+class RecordError(ValueError):
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.where = where
+        self.reason = reason
+
+
+def parse_record(line: bytes | str, where: str) -> DocumentRecord:
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        raise RecordError(where, "not valid JSON") from None
+    try:
+        return DocumentRecord.model_validate(data)
+    except ValidationError as exc:
+        fields = sorted({".".join(str(p) for p in e["loc"]) or "(record)" for e in exc.errors()})
+        raise RecordError(where, f"invalid fields: {', '.join(fields)}") from None
+
+
+def read_jsonl(path: Path) -> Iterator[DocumentRecord | RecordError]:
+    """Records of a JSON Lines file; a bad line is yielded as a RecordError (reported, never silently skipped)."""
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                try:
+                    yield parse_record(line, f"{path}:{number}")
+                except RecordError as exc:
+                    yield exc

@@ -1,0 +1,1 @@
+"""One module per platform protocol: parse and validate its request, render its answer and error body."""

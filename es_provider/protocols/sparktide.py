@@ -1,0 +1,186 @@
+"""SparkTide external knowledge callback 1.0 (specs/000) and its legacy format.
+
+`POST /agent/knowledge/{knowledgeId}/{version}`. Everything here is checked before OpenSearch is asked:
+credential (401), knowledge/version/application (403), content type (415), size (413), JSON and fields (400).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Annotated, Any, Literal
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from es_provider import auth
+from es_provider.acl import Identity, ordered
+from es_provider.config import FilterName
+from es_provider.deadline import budget_from_deadline
+from es_provider.domain import Result, Retrieval
+from es_provider.errors import ErrorCode, KnowledgeError, forbidden, protocol_error, unauthenticated
+from es_provider.protocols.body import check_content_type, parse_object, read_body
+from es_provider.service import SERVICES
+
+log = logging.getLogger("es_provider.sparktide")
+
+Id128 = Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class _Strict(BaseModel):
+    # strict: no "5" → 5, no true → 1; forbid: an unknown field is a protocol error.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class CallbackFilters(_Strict):
+    appId: Id128
+    subjectId: Id128
+    tenantId: Annotated[str, Field(max_length=128)] | None
+    required: list[FilterName]
+
+
+class CallbackRequest(_Strict):
+    protocolVersion: Literal["1.0"]
+    appId: Id128
+    subjectId: Id128
+    tenantId: Annotated[str, Field(max_length=128)] | None
+    knowledgeId: Id128
+    version: Id128
+    query: Annotated[str, Field(min_length=1, max_length=16384)]
+    topK: Annotated[int, Field(ge=1, le=10)]
+    filters: CallbackFilters
+    runId: Id128
+    traceId: Id128
+    executionId: Id128
+    deadline: Annotated[int, Field(ge=0)]
+    trustedContext: dict[str, Any]
+
+
+def error_response(error: KnowledgeError) -> web.Response:
+    return web.Response(
+        status=error.status,
+        body=orjson.dumps({"error": {"code": error.code.value}}),
+        content_type="application/json",
+    )
+
+
+def parse_request(data: dict[str, Any]) -> CallbackRequest:
+    try:
+        return CallbackRequest.model_validate(data)
+    except ValidationError as exc:
+        fields = sorted({".".join(str(p) for p in e["loc"]) for e in exc.errors()})
+        raise protocol_error(f"invalid fields: {', '.join(fields)}") from None
+
+
+def check_consistency(req: CallbackRequest, *, knowledge_id: str, version: str, idempotency_key: str | None) -> None:
+    if req.knowledgeId != knowledge_id or req.version != version:
+        raise protocol_error("knowledgeId/version differ from the route")
+    f = req.filters
+    if f.appId != req.appId or f.subjectId != req.subjectId or (f.tenantId or None) != (req.tenantId or None):
+        raise protocol_error("filters identity differs from the callback identity")
+    if len(set(f.required)) != len(f.required):
+        raise protocol_error("filters.required has duplicates")
+    if idempotency_key != req.executionId:
+        raise protocol_error("Idempotency-Key must equal executionId")
+
+
+def render_item(chunk: Any) -> dict[str, Any]:
+    source: dict[str, Any] = {"type": "DOCUMENT", "id": chunk.document_id}
+    for key in ("version", "page", "locator", "uri"):
+        value = chunk.source.get(key)
+        if value is not None:
+            source[key] = value
+    item: dict[str, Any] = {
+        "id": chunk.chunk_id,
+        "documentId": chunk.document_id,
+        "content": chunk.content,
+        "source": source,
+    }
+    if chunk.title is not None:
+        item["title"] = chunk.title
+    if chunk.score is not None:
+        item["score"] = chunk.score
+    if chunk.metadata:
+        item["metadata"] = chunk.metadata
+    if chunk.tenant_id is not None:
+        item["tenantId"] = chunk.tenant_id
+    return item
+
+
+def render_result(result: Result) -> dict[str, Any]:
+    return {
+        "protocolVersion": "1.0",
+        "appliedFilters": [f.value for f in result.applied_filters],
+        "items": [render_item(c) for c in result.chunks],
+    }
+
+
+async def handle(request: web.Request) -> web.Response:
+    try:
+        return await _handle(request)
+    except KnowledgeError as exc:
+        if exc.detail:
+            log.info("refused: %s (%s)", exc.code.value, exc.detail)
+        return error_response(exc)
+    except Exception:
+        log.exception("unexpected failure in the SparkTide route")
+        return error_response(KnowledgeError(ErrorCode.UNAVAILABLE))
+
+
+async def _handle(request: web.Request) -> web.Response:
+    services = request.app[SERVICES]
+    settings = services.settings
+    knowledge_id = request.match_info["knowledge_id"]
+    version = request.match_info["version"]
+
+    token = auth.bearer_token(request.headers.get("Authorization"))
+    if token is None:
+        raise unauthenticated("missing or malformed Authorization header")
+    allowed = auth.callback_knowledge(services.credentials, token)
+    if not allowed:
+        raise unauthenticated("callback secret matches no knowledge base")
+    kb = settings.knowledge_base(knowledge_id)
+    if kb is None or kb.id not in allowed or version not in kb.versions:
+        raise forbidden("knowledge base unknown, unpublished or not bound to this credential")
+
+    check_content_type(request)
+    raw = await read_body(request, settings.server.max_body_bytes)
+    if kb.signature and not auth.verify_signature(
+        services.credentials.callback_secrets[kb.id],
+        timestamp=request.headers.get("X-Knowledge-Timestamp"),
+        signature=request.headers.get("X-Knowledge-Signature"),
+        body=raw,
+        window_s=settings.server.signature_window_s,
+        replays=services.replays,
+    ):
+        raise unauthenticated("signature missing, expired, invalid or replayed")
+    req = parse_request(parse_object(raw))
+    check_consistency(
+        req, knowledge_id=knowledge_id, version=version, idempotency_key=request.headers.get("Idempotency-Key")
+    )
+    if req.appId not in kb.apps:
+        raise forbidden("application not bound to this knowledge base")
+
+    budget = budget_from_deadline(
+        req.deadline,
+        now_ms=int(time.time() * 1000),
+        now_monotonic=time.monotonic(),
+        margin_ms=settings.server.deadline_margin_ms,
+        max_ahead_ms=settings.server.max_deadline_ahead_ms,
+    )
+    identity = Identity(
+        app_id=req.appId,
+        tenant_id=req.tenantId,
+        subject_id=req.subjectId,
+        groups=auth.groups_of(settings, req.subjectId),
+    )
+    retrieval = Retrieval(
+        knowledge=(kb,),
+        query=req.query,
+        identity=identity,
+        filters=ordered([*kb.mandatory_filters, *req.filters.required]),
+        top_k=min(req.topK, kb.top_k),
+    )
+    result = await services.retriever.retrieve(retrieval, budget)
+    return web.Response(body=orjson.dumps(render_result(result)), content_type="application/json")

@@ -1,0 +1,85 @@
+"""Pure translation: a Retrieval → ONE OpenSearch search body whose permission clauses are filters.
+
+The query text is matched as text (multi_match), never parsed as query syntax, so no Lucene operator,
+wildcard or script in it reaches OpenSearch. It is bounded in length so that its analysed terms stay well
+inside OpenSearch's boolean clause limit (1024) even for the longest valid query.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from es_provider import acl
+from es_provider.acl import Filter
+from es_provider.domain import Retrieval
+
+# Each field contributes one clause per analysed term: 4 fields × 200 units < 1024 clauses.
+TEXT_FIELDS = ("title.en^1.0", "content.en^1.0", "title.cjk^1.0", "content.cjk^1.0")
+MAX_QUERY_UNITS = 200
+# Ask for more than top_k so that hits the re-check drops do not shorten the answer.
+MIN_EXTRA_CANDIDATES = 10
+MAX_CANDIDATES = 1024
+
+SOURCE_FIELDS = [
+    "chunk_id", "document_id", "title", "content", "tenant_id", "acl", "source", "metadata",
+]
+
+# A "unit" is a run of letters/digits (one word) or a single CJK/other non-space character.
+_UNIT = re.compile(r"[^\W_]+|\S", re.UNICODE)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+
+
+def _units(word: str) -> int:
+    cjk = len(_CJK.findall(word))
+    return cjk + (1 if len(word) > cjk else 0)
+
+
+def bounded_text(text: str, max_units: int = MAX_QUERY_UNITS) -> str:
+    """The longest prefix of `text` holding at most `max_units` words or CJK characters."""
+    used = 0
+    end = 0
+    for match in _UNIT.finditer(text):
+        cost = _units(match.group())
+        if used + cost > max_units:
+            if cost > 1 and used < max_units:
+                # A long CJK run: keep as many characters of it as still fit.
+                end = match.start() + (max_units - used)
+            break
+        used += cost
+        end = match.end()
+    return text[:end]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchPlan:
+    body: dict[str, Any]
+    applied_filters: tuple[Filter, ...]
+
+
+def candidate_count(top_k: int) -> int:
+    return min(MAX_CANDIDATES, max(top_k * 2, top_k + MIN_EXTRA_CANDIDATES))
+
+
+def build_search(retrieval: Retrieval, *, timeout_ms: int) -> SearchPlan:
+    tagged = acl.permission_clauses(retrieval.identity, retrieval.filters)
+    filters: list[dict[str, Any]] = [clause for _, clause in tagged]
+    if retrieval.metadata_filter is not None:
+        filters.append(retrieval.metadata_filter)
+    text = {
+        "multi_match": {
+            "query": bounded_text(retrieval.query),
+            "fields": list(TEXT_FIELDS),
+            "type": "best_fields",
+            "tie_breaker": 0.5,
+        }
+    }
+    body: dict[str, Any] = {
+        "size": candidate_count(retrieval.top_k),
+        "timeout": f"{max(1, timeout_ms)}ms",
+        "track_total_hits": False,
+        "_source": SOURCE_FIELDS,
+        "query": {"bool": {"must": [text], "filter": filters}},
+    }
+    return SearchPlan(body=body, applied_filters=tuple(f for f, _ in tagged))

@@ -1,0 +1,76 @@
+"""The protocol-neutral flow: build → search → re-check → normalise → threshold → cut."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+
+from es_provider import acl
+from es_provider.deadline import Budget
+from es_provider.domain import Chunk, Result, Retrieval
+from es_provider.engine import Engine
+from es_provider.errors import forbidden
+from es_provider.hits import MalformedHit, to_chunk
+from es_provider.query import build_search
+
+log = logging.getLogger("es_provider.retrieval")
+security_log = logging.getLogger("es_provider.security")
+
+_VERSION_SUFFIX = re.compile(r"-v\d+$")
+
+
+def alias_of_index(index: str) -> str:
+    """Concrete indices are named `<alias>-v<N>` (admin.py), so a hit's `_index` names its knowledge base."""
+    return _VERSION_SUFFIX.sub("", index)
+
+
+async def retrieve(engine: Engine, retrieval: Retrieval, budget: Budget, *, pivot: float) -> Result:
+    timeout_ms = int(budget.remaining(time.monotonic()) * 1000)
+    plan = build_search(retrieval, timeout_ms=timeout_ms)
+    missing = set(retrieval.filters) - set(plan.applied_filters)
+    if missing:
+        # Never answer with content when a required filter is not in the query that will run.
+        raise forbidden(detail=f"query builder could not enforce {sorted(missing)}")
+
+    by_alias = {kb.alias: kb for kb in retrieval.knowledge}
+    index = ",".join(by_alias)
+    response = await engine.search(index, plan.body, budget)
+
+    chunks: list[Chunk] = []
+    dropped = 0
+    for hit in response.get("hits", {}).get("hits", []):
+        source = hit.get("_source") or {}
+        if not acl.visible(source, retrieval.identity, plan.applied_filters):
+            dropped += 1
+            security_log.warning(
+                "dropped hit that failed the permission re-check",
+                extra={"chunk_id": hit.get("_id"), "index": hit.get("_index"), "app_id": retrieval.identity.app_id},
+            )
+            continue
+        kb = by_alias.get(alias_of_index(str(hit.get("_index", ""))))
+        if kb is None and len(by_alias) == 1:
+            kb = retrieval.knowledge[0]
+        if kb is None:
+            log.error("hit from an index outside the request", extra={"index": hit.get("_index")})
+            continue
+        try:
+            chunk = to_chunk(hit, knowledge_id=kb.id, pivot=pivot)
+        except MalformedHit as exc:
+            log.error("skipped malformed chunk: %s", exc, extra={"chunk_id": hit.get("_id")})
+            continue
+        if retrieval.score_threshold > 0 and (chunk.score is None or chunk.score < retrieval.score_threshold):
+            continue
+        chunks.append(chunk)
+    return Result(chunks=tuple(chunks[: retrieval.top_k]), applied_filters=plan.applied_filters, dropped=dropped)
+
+
+class Retriever:
+    """What protocols hold: the retrieval flow bound to one engine and the configured score normalisation."""
+
+    def __init__(self, engine: Engine, *, pivot: float) -> None:
+        self._engine = engine
+        self._pivot = pivot
+
+    async def retrieve(self, retrieval: Retrieval, budget: Budget) -> Result:
+        return await retrieve(self._engine, retrieval, budget, pivot=self._pivot)

@@ -1,0 +1,22 @@
+"""The request-independent objects every protocol handler needs, built once by app.create_app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from es_provider.auth import Credentials, ReplayCache
+from es_provider.config import Settings
+from es_provider.retrieval import Retriever
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    settings: Settings
+    credentials: Credentials
+    retriever: Retriever
+    replays: ReplayCache
+
+
+SERVICES = web.AppKey("services", Services)

@@ -1,0 +1,15 @@
+FROM python:3.11-slim
+WORKDIR /app
+COPY requirements.lock ./
+RUN pip install --no-cache-dir -r requirements.lock
+COPY pyproject.toml README.md ./
+COPY es_provider ./es_provider
+COPY mappings ./mappings
+COPY examples ./examples
+RUN pip install --no-cache-dir --no-deps . \
+ && useradd --system --uid 10001 --no-create-home provider
+ENV ES_PROVIDER_MAPPINGS=/app/mappings PYTHONUNBUFFERED=1
+USER provider
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=5s CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2)"
+CMD ["es-provider", "serve", "--config", "/app/examples/config.toml", "--host", "0.0.0.0", "--port", "8080"]

@@ -1,0 +1,35 @@
+# es-provider: the README's commands. `make run` serves the demo; `make test` is what CI runs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: install lint compose-check test run opensearch-start opensearch-stop bench
+
+$(VENV)/.installed: pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+install: $(VENV)/.installed
+
+lint: install
+	$(BIN)/ruff check es_provider tests
+	$(BIN)/mypy es_provider
+
+compose-check:
+	scripts/check-compose
+
+# Unit and integration tests; the suite starts a real OpenSearch itself (tests/conftest.py).
+test: install lint compose-check
+	$(BIN)/pytest
+
+run: install
+	scripts/run-demo
+
+opensearch-start:
+	scripts/opensearch-local start
+
+opensearch-stop:
+	scripts/opensearch-local stop

@@ -1,0 +1,159 @@
+"""Shared fixtures. Integration tests run against a REAL OpenSearch and never skip: the session picks
+1. OPENSEARCH_URL, 2. a testcontainers OpenSearch when a Docker engine answers, 3. scripts/opensearch-local;
+if none gives a healthy node, every integration test fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from es_provider import admin
+from es_provider.config import KnowledgeBase
+from es_provider.engine import Engine
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCAL = ROOT / "scripts" / "opensearch-local"
+TEST_PORT = os.environ.get("ES_PROVIDER_TEST_PORT", "9200")
+OPENSEARCH_IMAGE = "opensearchproject/opensearch:2.19.1"
+
+
+def _get(url: str, timeout: float = 5.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def _docker_engine_answers() -> bool:
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+class OpenSearchNode:
+    def __init__(self, url: str, how: str, version: str, plugins: list[str]) -> None:
+        self.url = url
+        self.how = how
+        self.version = version
+        self.plugins = plugins
+
+
+@pytest.fixture(scope="session")
+def opensearch(request: pytest.FixtureRequest) -> Iterator[OpenSearchNode]:
+    stop: Any = None
+    if os.environ.get("OPENSEARCH_URL"):
+        url, how = os.environ["OPENSEARCH_URL"].rstrip("/"), "OPENSEARCH_URL"
+    elif _docker_engine_answers():
+        from testcontainers.opensearch import OpenSearchContainer
+
+        container = OpenSearchContainer(OPENSEARCH_IMAGE, security_enabled=False).start()
+        url = f"http://{container.get_container_host_ip()}:{container.get_exposed_port(9200)}"
+        how, stop = "testcontainers", container.stop
+    else:
+        env = {**os.environ, "OPENSEARCH_PORT": TEST_PORT}
+        already = subprocess.run([str(LOCAL), "status"], env=env, capture_output=True).returncode == 0
+        started = subprocess.run([str(LOCAL), "start"], env=env, capture_output=True, text=True)
+        if started.returncode != 0:
+            pytest.fail(f"scripts/opensearch-local start failed:\n{started.stderr[-4000:]}", pytrace=False)
+        url, how = started.stdout.strip().splitlines()[-1], "scripts/opensearch-local"
+        if not already and not os.environ.get("ES_PROVIDER_KEEP_OPENSEARCH"):
+            stop = lambda: subprocess.run([str(LOCAL), "stop"], env=env, capture_output=True)  # noqa: E731
+    try:
+        info = _get(url)
+        plugins = [line.split()[1] for line in urllib.request.urlopen(f"{url}/_cat/plugins").read().decode().splitlines()]
+    except Exception as exc:  # a node we cannot talk to is a failure, never a skip
+        pytest.fail(f"OpenSearch at {url} ({how}) does not answer: {exc}", pytrace=False)
+    node = OpenSearchNode(url, how, info["version"]["number"], plugins)
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"OpenSearch {node.version} at {url} via {how}; plugins: {', '.join(plugins) or 'none'}")
+    request.config.stash[NODE_KEY] = node
+    yield node
+    if stop is not None:
+        stop()
+
+
+NODE_KEY = pytest.StashKey[OpenSearchNode]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    node = config.stash.get(NODE_KEY, None)
+    if node is not None:
+        terminalreporter.write_line(f"integration tests ran against OpenSearch {node.version} ({node.how}, {node.url})")
+
+
+@pytest.fixture
+async def engine(opensearch: OpenSearchNode) -> AsyncIterator[Engine]:
+    engine = Engine(opensearch.url, timeout_s=30)
+    yield engine
+    await engine.close()
+
+
+def new_kb(**overrides: Any) -> KnowledgeBase:
+    """A knowledge base definition with its own uuid-named alias."""
+    fields: dict[str, Any] = {
+        "id": "project-documents",
+        "name": "Project documents",
+        "versions": ["1.0.0"],
+        "alias": f"test-{uuid.uuid4().hex}",
+        "mandatory_filters": ["TENANT", "SUBJECT"],
+        "top_k": 10,
+        "secret_ref": "TEST_CALLBACK_KEY",
+        "apps": ["app-1"],
+    }
+    fields.update(overrides)
+    return KnowledgeBase.model_validate(fields, strict=False)
+
+
+@pytest.fixture
+async def kb(engine: Engine) -> AsyncIterator[KnowledgeBase]:
+    definition = new_kb()
+    await admin.create(engine, definition, admin.load_index_body())
+    yield definition
+    await admin.drop(engine, definition)
+
+
+SAMPLE_CORPUS = ROOT / "examples" / "sample-corpus.jsonl"
+CALLBACK_SECRET = "test-callback-secret-0123456789"
+TEST_ENV = {"TEST_CALLBACK_KEY": CALLBACK_SECRET, "TEST_API_KEY": "test-api-key-0123456789"}
+PRINCIPALS = {"u-alice": ["eng"], "u-bob": ["sales"], "u-carol": ["eng", "ops"]}
+
+
+def settings_for(url: str, *kbs: KnowledgeBase, **overrides: Any) -> Any:
+    from es_provider.config import Settings
+
+    raw: dict[str, Any] = {
+        "opensearch": {"url": url},
+        "knowledge": [kb.model_dump() for kb in kbs],
+        "principals": PRINCIPALS,
+    }
+    raw.update(overrides)
+    return Settings.model_validate(raw, strict=False)
+
+
+@pytest.fixture
+async def client_for(opensearch: OpenSearchNode) -> AsyncIterator[Any]:
+    """Builds the real app (create_app) on a real port for the given knowledge bases, and cleans up."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from es_provider.app import create_app
+
+    clients: list[TestClient[Any, Any]] = []
+
+    async def make(*kbs: KnowledgeBase, **overrides: Any) -> TestClient[Any, Any]:
+        app = create_app(settings_for(opensearch.url, *kbs, **overrides), environ=TEST_ENV)
+        client: TestClient[Any, Any] = TestClient(TestServer(app))
+        await client.start_server()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.close()

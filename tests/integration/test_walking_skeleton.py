@@ -1,0 +1,76 @@
+"""The path end to end: JSONL ingest → SparkTide route → one filtered bool query → cited items."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from conftest import CALLBACK_SECRET, PRINCIPALS, SAMPLE_CORPUS
+
+from es_provider.engine import Engine
+from es_provider.ingest.records import read_jsonl
+from es_provider.ingest.writer import ingest
+
+
+def callback(subject: str, tenant: str | None, query: str, *, top_k: int = 10, execution: str = "exec-1") -> dict[str, Any]:
+    return {
+        "protocolVersion": "1.0",
+        "appId": "app-1",
+        "subjectId": subject,
+        "tenantId": tenant,
+        "knowledgeId": "project-documents",
+        "version": "1.0.0",
+        "query": query,
+        "topK": top_k,
+        "filters": {"appId": "app-1", "subjectId": subject, "tenantId": tenant, "required": ["TENANT", "SUBJECT"]},
+        "runId": "run-1",
+        "traceId": "trace-1",
+        "executionId": execution,
+        "deadline": int(time.time() * 1000) + 10_000,
+        "trustedContext": {},
+    }
+
+
+def visible_documents(subject: str, tenant: str | None) -> set[str]:
+    """Plain-Python oracle over the sample corpus (CONTRACT §5)."""
+    groups = set(PRINCIPALS.get(subject, []))
+    seen = set()
+    for line in SAMPLE_CORPUS.read_text(encoding="utf-8").splitlines():
+        doc = json.loads(line)
+        acl = doc["acl"]
+        tenant_ok = doc.get("tenant_id") in (None, "", tenant)
+        subject_ok = acl["public"] or subject in acl["subjects"] or bool(groups & set(acl["groups"]))
+        if tenant_ok and subject_ok:
+            seen.add(doc["document_id"])
+    return seen
+
+
+async def test_two_identities_see_different_permitted_sets(engine: Engine, kb, client_for) -> None:
+    summary = await ingest(engine, kb, read_jsonl(SAMPLE_CORPUS))
+    assert summary.failures == [] and summary.documents == 24
+    client = await client_for(kb)
+
+    answers = {}
+    for subject, tenant in (("u-alice", "team-a"), ("u-bob", "team-b")):
+        response = await client.post(
+            "/agent/knowledge/project-documents/1.0.0",
+            json=callback(subject, tenant, "设备安装位置 installation"),
+            headers={"Authorization": f"Bearer {CALLBACK_SECRET}", "Idempotency-Key": "exec-1"},
+        )
+        assert response.status == 200, await response.text()
+        body = await response.json()
+        assert body["protocolVersion"] == "1.0"
+        assert body["appliedFilters"] == ["TENANT", "SUBJECT"]
+        docs = {item["documentId"] for item in body["items"]}
+        assert docs, f"{subject} got no items"
+        assert docs <= visible_documents(subject, tenant), f"{subject} saw {docs - visible_documents(subject, tenant)}"
+        for item in body["items"]:
+            assert item["source"]["type"] == "DOCUMENT"
+            assert 0 <= item["score"] <= 1
+        answers[subject] = body
+
+    assert {i["documentId"] for i in answers["u-alice"]["items"]} != {i["documentId"] for i in answers["u-bob"]["items"]}
+    pages = {i["source"].get("page") for i in answers["u-alice"]["items"] if i["documentId"] == "install-spec"}
+    assert pages and pages <= {1, 2, 3}, "PDF-like pages are carried to source.page"
+    assert "no-acl-draft" not in {i["documentId"] for a in answers.values() for i in a["items"]}

@@ -1,0 +1,85 @@
+"""The permission clauses and the re-check predicate, from one definition (CONTRACT §5)."""
+
+from __future__ import annotations
+
+import pytest
+
+from es_provider.acl import Filter, Identity, permission_clauses, visible
+
+ALICE_A = Identity(app_id="app-1", tenant_id="team-a", subject_id="u-alice", groups=frozenset({"eng"}))
+NO_TENANT = Identity(app_id="app-1", tenant_id=None, subject_id="u-alice", groups=frozenset())
+EMPTY_TENANT = Identity(app_id="app-1", tenant_id="", subject_id="u-x", groups=frozenset())
+BOTH = (Filter.TENANT, Filter.SUBJECT)
+
+
+def chunk(tenant: object = "team-a", subjects: object = (), groups: object = (), public: object = False) -> dict:
+    return {"tenant_id": tenant, "acl": {"subjects": list(subjects) if isinstance(subjects, tuple) else subjects,
+                                         "groups": list(groups) if isinstance(groups, tuple) else groups,
+                                         "public": public}}
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "identity", "filters", "expected"),
+    [
+        ("own tenant, public", chunk(public=True), ALICE_A, BOTH, True),
+        ("other tenant, public", chunk(tenant="team-b", public=True), ALICE_A, BOTH, False),
+        ("shared (absent tenant), public", {"acl": {"public": True}}, ALICE_A, BOTH, True),
+        ("shared (empty tenant), public", chunk(tenant="", public=True), ALICE_A, BOTH, True),
+        ("shared but private", chunk(tenant=None), ALICE_A, BOTH, False),
+        ("subject listed", chunk(subjects=("u-alice",)), ALICE_A, BOTH, True),
+        ("other subject listed", chunk(subjects=("u-bob",)), ALICE_A, BOTH, False),
+        ("group matches", chunk(groups=("ops", "eng")), ALICE_A, BOTH, True),
+        ("group does not match", chunk(groups=("ops",)), ALICE_A, BOTH, False),
+        ("no ACL at all: nobody", {"tenant_id": "team-a"}, ALICE_A, BOTH, False),
+        ("public must be a real true", chunk(public="true"), ALICE_A, BOTH, False),
+        ("no tenant caller sees shared only", chunk(public=True), NO_TENANT, BOTH, False),
+        ("no tenant caller, shared public", chunk(tenant=None, public=True), NO_TENANT, BOTH, True),
+        ("empty tenant is no tenant", chunk(public=True), EMPTY_TENANT, BOTH, False),
+        ("prefix tenant does not match", chunk(tenant="team-a2", public=True), ALICE_A, BOTH, False),
+        ("multi-valued tenant fails closed", chunk(tenant=["team-a", "team-b"], public=True), ALICE_A, BOTH, False),
+        ("wildcard subject is literal", chunk(subjects=("u-alice",)),
+         Identity(app_id="a", tenant_id="team-a", subject_id="*"), BOTH, False),
+        ("subjects as a single string", chunk(subjects="u-alice"), ALICE_A, BOTH, True),
+        ("TENANT only ignores ACL", chunk(), ALICE_A, (Filter.TENANT,), True),
+        ("SUBJECT only ignores tenant", chunk(tenant="team-b", public=True), ALICE_A, (Filter.SUBJECT,), True),
+        ("no filters: everything", chunk(tenant="team-b"), ALICE_A, (), True),
+    ],
+)
+def test_visible(name: str, source: dict, identity: Identity, filters: tuple, expected: bool) -> None:
+    assert visible(source, identity, filters) is expected, name
+
+
+def test_clauses_are_tagged_and_ordered() -> None:
+    tagged = permission_clauses(ALICE_A, [Filter.SUBJECT, Filter.TENANT, Filter.SUBJECT])
+    assert [f for f, _ in tagged] == [Filter.TENANT, Filter.SUBJECT]
+
+
+def test_tenant_clause() -> None:
+    [(_, clause)] = permission_clauses(ALICE_A, [Filter.TENANT])
+    assert clause == {"bool": {"should": [
+        {"bool": {"must_not": [{"exists": {"field": "tenant_id"}}]}},
+        {"term": {"tenant_id": ""}},
+        {"term": {"tenant_id": "team-a"}},
+    ], "minimum_should_match": 1}}
+
+
+def test_tenant_clause_without_tenant_has_only_shared() -> None:
+    [(_, clause)] = permission_clauses(NO_TENANT, [Filter.TENANT])
+    assert {"term": {"tenant_id": "team-a"}} not in clause["bool"]["should"]
+    assert len(clause["bool"]["should"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("identity", "expected_should"),
+    [
+        (ALICE_A, [{"term": {"acl.public": True}}, {"term": {"acl.subjects": "u-alice"}},
+                   {"terms": {"acl.groups": ["eng"]}}]),
+        (Identity(app_id="a", tenant_id=None, subject_id=None, groups=frozenset({"b", "a"})),
+         [{"term": {"acl.public": True}}, {"terms": {"acl.groups": ["a", "b"]}}]),
+        (Identity(app_id="a", tenant_id=None, subject_id="s"),
+         [{"term": {"acl.public": True}}, {"term": {"acl.subjects": "s"}}]),
+    ],
+)
+def test_subject_clause(identity: Identity, expected_should: list) -> None:
+    [(_, clause)] = permission_clauses(identity, [Filter.SUBJECT])
+    assert clause == {"bool": {"should": expected_should, "minimum_should_match": 1}}

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import pytest
+from conftest import new_kb
+
+from es_provider.acl import Filter, Identity
+from es_provider.domain import Retrieval
+from es_provider.query import MAX_QUERY_UNITS, bounded_text, build_search, candidate_count
+
+ID = Identity(app_id="app-1", tenant_id="team-a", subject_id="u-alice", groups=frozenset({"eng"}))
+
+
+def retrieval(query: str = "installation", filters: tuple = (Filter.TENANT, Filter.SUBJECT), top_k: int = 3) -> Retrieval:
+    return Retrieval(knowledge=(new_kb(),), query=query, identity=ID, filters=filters, top_k=top_k)
+
+
+@pytest.mark.parametrize(
+    ("text", "max_units", "expected"),
+    [
+        ("short query", 200, "short query"),
+        ("one two three four", 2, "one two"),
+        ("设备安装位置", 3, "设备安"),
+        ("abc 设备安装", 3, "abc 设备"),
+        ("  spaced   words  ", 1, "  spaced"),
+        ("", 5, ""),
+        ("a*b? OR c:d", 3, "a*b"),
+    ],
+)
+def test_bounded_text(text: str, max_units: int, expected: str) -> None:
+    assert bounded_text(text, max_units) == expected
+
+
+def test_longest_cjk_query_is_bounded() -> None:
+    assert len(bounded_text("字" * 16384)) == MAX_QUERY_UNITS
+
+
+def test_permission_clauses_are_filters_and_applied_is_derived() -> None:
+    plan = build_search(retrieval(), timeout_ms=1500)
+    bool_query = plan.body["query"]["bool"]
+    assert plan.applied_filters == (Filter.TENANT, Filter.SUBJECT)
+    assert len(bool_query["filter"]) == 2
+    assert "should" not in bool_query
+    assert bool_query["must"][0]["multi_match"]["query"] == "installation"
+    assert plan.body["timeout"] == "1500ms"
+
+
+def test_no_filters_means_none_applied() -> None:
+    plan = build_search(retrieval(filters=()), timeout_ms=10)
+    assert plan.applied_filters == ()
+    assert plan.body["query"]["bool"]["filter"] == []
+
+
+def test_query_syntax_stays_text() -> None:
+    plan = build_search(retrieval(query='title:* OR {"script": 1}'), timeout_ms=10)
+    text = plan.body["query"]["bool"]["must"][0]
+    assert set(text) == {"multi_match"}
+
+
+@pytest.mark.parametrize(("top_k", "expected"), [(1, 11), (3, 13), (10, 20), (50, 100), (1024, 1024)])
+def test_candidate_count(top_k: int, expected: int) -> None:
+    assert candidate_count(top_k) == expected

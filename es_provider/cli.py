@@ -161,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # opensearch-py logs every request at INFO: too much on the hot path.
+    logging.getLogger("opensearch").setLevel(logging.WARNING)
     try:
         settings = load_settings(args.config)
         result: int = args.run(args, settings)

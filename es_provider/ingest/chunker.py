@@ -10,6 +10,7 @@ CONTENT_LIMIT = 16384  # the SparkTide item content limit; no chunk may exceed i
 _PARAGRAPHS = re.compile(r"\n\s*\n")
 # A sentence ends at Chinese 。！？； (no space needed) or at . ! ? ; followed by white space.
 _SENTENCES = re.compile(r"(?<=[。！？；])|(?<=[.!?;])\s+")
+_CJK_STOPS = "。！？；"
 _ID_OK = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 
 
@@ -22,6 +23,14 @@ class TextChunk:
 
 def _sentences(paragraph: str) -> list[str]:
     return [s.strip() for s in _SENTENCES.split(paragraph) if s and s.strip()]
+
+
+def _join(sentences: list[tuple[str, int]]) -> str:
+    """Sentences back into text: a space after Latin punctuation, none after Chinese."""
+    out = ""
+    for sentence, _ in sentences:
+        out += ("" if not out or out[-1] in _CJK_STOPS else " ") + sentence
+    return out
 
 
 def _hard_split(sentence: str, size: int) -> list[str]:
@@ -41,7 +50,7 @@ def split_text(text: str, *, size: int = 1000, overlap: int = 100, page: int | N
     for piece, number in pieces:
         joiner = 1 if current else 0
         if current and length + joiner + len(piece) > size:
-            chunks.append(TextChunk(" ".join(p for p, _ in current), page, current[0][1]))
+            chunks.append(TextChunk(_join(current), page, current[0][1]))
             # Carry trailing sentences (up to `overlap` characters) into the next chunk for context.
             carried: list[tuple[str, int]] = []
             carried_len = 0
@@ -56,7 +65,7 @@ def split_text(text: str, *, size: int = 1000, overlap: int = 100, page: int | N
         current.append((piece, number))
         length += joiner + len(piece)
     if current:
-        chunks.append(TextChunk(" ".join(p for p, _ in current), page, current[0][1]))
+        chunks.append(TextChunk(_join(current), page, current[0][1]))
     return chunks
 
 

@@ -13,7 +13,7 @@ from es_provider.ingest.chunker import CONTENT_LIMIT, chunk_id, split_text
         ("One. Two. Three.", 100, 0, ["One. Two. Three."]),
         ("One sentence here. Another one here.", 20, 0, ["One sentence here.", "Another one here."]),
         ("第一句。第二句！第三句？", 4, 0, ["第一句。", "第二句！", "第三句？"]),
-        ("第一句。第二句。", 100, 0, ["第一句。 第二句。"]),
+        ("第一句。第二句。", 100, 0, ["第一句。第二句。"]),
         ("Para one.\n\nPara two.", 9, 0, ["Para one.", "Para two."]),
         ("aaaa bbbb. cccc.", 10, 6, ["aaaa bbbb.", "cccc."]),
         ("A. B. C. D.", 6, 3, ["A. B.", "B. C.", "C. D."]),

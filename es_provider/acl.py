@@ -105,6 +105,15 @@ REQUIRED_MAPPING = {
 }
 
 
+def unenforceable(filters: Iterable[Filter], mapped_fields: Iterable[str]) -> list[Filter]:
+    """Filters whose fields the index does not map: such a filter cannot be enforced, so the call is refused."""
+    mapped = set(mapped_fields)
+    return [f for f in ordered(filters) if not set(REQUIRED_MAPPING[f]) <= mapped]
+
+
+ACL_FIELDS = tuple(sorted({name for names in REQUIRED_MAPPING.values() for name in names}))
+
+
 def ordered(filters: Iterable[Filter]) -> tuple[Filter, ...]:
     """Filters in their canonical order, de-duplicated."""
     wanted = set(filters)

@@ -8,11 +8,13 @@ from collections.abc import AsyncIterator, Mapping
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from es_provider.auth import ReplayCache, load_credentials
 from es_provider.config import Settings
 from es_provider.engine import Engine
-from es_provider.errors import KnowledgeError
+from es_provider.errors import ErrorCode, KnowledgeError
+from es_provider.idempotency import IdempotencyCache
 from es_provider.protocols import sparktide
 from es_provider.retrieval import Retriever
 from es_provider.service import SERVICES, Services
@@ -40,10 +42,21 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ready"})
 
 
+@web.middleware
+async def protocol_error_bodies(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Routing refusals (unknown path, wrong method) on a protocol's paths answer in that protocol's body."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status >= 400 and request.path.startswith("/agent/knowledge/"):
+            return sparktide.error_response(KnowledgeError(ErrorCode.PROTOCOL_ERROR, status=exc.status))
+        raise
+
+
 def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> web.Application:
     # Secrets are read now, so a missing one stops the service at start, naming the variable.
     credentials = load_credentials(settings, os.environ if environ is None else environ)
-    app = web.Application()
+    app = web.Application(middlewares=[protocol_error_bodies])
 
     async def engine_context(app: web.Application) -> AsyncIterator[None]:
         engine = Engine(settings.opensearch.url, timeout_s=settings.opensearch.timeout_s)
@@ -53,6 +66,7 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
             credentials=credentials,
             retriever=Retriever(engine, pivot=settings.scoring.bm25_pivot),
             replays=ReplayCache(settings.server.signature_window_s),
+            idempotency=IdempotencyCache(settings.server.idempotency_window_s),
         )
         yield
         await engine.close()

@@ -101,6 +101,17 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(_with_engine(settings, work))
 
 
+def cmd_manifest(args: argparse.Namespace, settings: Settings) -> int:
+    from es_provider.protocols.sparktide import manifest
+
+    try:
+        registration = manifest(_kb(settings, args.kb), args.endpoint, args.version)
+    except ValueError as exc:
+        return _fail(str(exc))
+    print(orjson.dumps(registration, option=orjson.OPT_INDENT_2).decode())
+    return 0
+
+
 def cmd_not_implemented(args: argparse.Namespace, _: Settings) -> int:
     return _fail(f"{args.command}: not implemented", EXIT_USAGE)
 
@@ -153,8 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     manifest = with_config(sub.add_parser("manifest", help="print the SparkTide REMOTE registration JSON"))
     manifest.add_argument("--kb", required=True)
-    manifest.add_argument("--endpoint", required=True)
-    manifest.set_defaults(run=cmd_not_implemented)
+    manifest.add_argument("--endpoint", required=True, help="the public base URL (or the full callback URL)")
+    manifest.add_argument("--version", default=None, help="published version (default: the last listed)")
+    manifest.set_defaults(run=cmd_manifest)
     return parser
 
 

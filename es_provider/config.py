@@ -60,6 +60,8 @@ class KnowledgeBase(_Strict):
     apps: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(min_length=1)
     # Require the HMAC signature headers on SparkTide callbacks (CONTRACT §4).
     signature: bool = False
+    # Platform permissions named in the REMOTE registration (es-provider manifest).
+    permissions: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _legacy_cannot_filter(self) -> KnowledgeBase:
@@ -68,6 +70,9 @@ class KnowledgeBase(_Strict):
             raise ValueError("a legacy knowledge base cannot declare mandatory_filters")
         if len(set(self.mandatory_filters)) != len(self.mandatory_filters):
             raise ValueError("mandatory_filters has duplicates")
+        if self.permissions and self.protocol == "1.0" and Filter.SUBJECT not in self.mandatory_filters:
+            # The spec: a 1.0 definition that configures permissions must declare SUBJECT.
+            raise ValueError("a knowledge base with permissions must list SUBJECT in mandatory_filters")
         return self
 
 

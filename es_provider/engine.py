@@ -103,6 +103,18 @@ class Engine:
             raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{shards.get('failed')} shard(s) failed")
         return response
 
+    async def mapped_fields(self, index: str, fields: tuple[str, ...], budget: Budget) -> set[str]:
+        """Fields mapped in EVERY index behind `index` (a field missing from one index is not enforceable there)."""
+
+        async def run(left: float) -> set[str]:
+            response = await self._client.indices.get_field_mapping(
+                index=index, fields=",".join(fields), request_timeout=left
+            )
+            per_index = [set((body.get("mappings") or {}).keys()) for body in response.values()]
+            return set.intersection(*per_index) if per_index else set()
+
+        return await self._call(budget, run)
+
     async def info(self, budget: Budget | None = None) -> dict[str, Any]:
         async def run(left: float) -> dict[str, Any]:
             response: dict[str, Any] = await self._client.info(request_timeout=left)

@@ -25,7 +25,12 @@ def alias_of_index(index: str) -> str:
     return _VERSION_SUFFIX.sub("", index)
 
 
-async def retrieve(engine: Engine, retrieval: Retrieval, budget: Budget, *, pivot: float) -> Result:
+async def retrieve(
+    engine: Engine, retrieval: Retrieval, budget: Budget, *, pivot: float, mapped: set[str] | None = None
+) -> Result:
+    if mapped is not None and (cannot := acl.unenforceable(retrieval.filters, mapped)):
+        # E.g. an index without ACL fields: refuse rather than answer unfiltered content.
+        raise forbidden(detail=f"index cannot enforce {[f.value for f in cannot]}")
     timeout_ms = int(budget.remaining(time.monotonic()) * 1000)
     plan = build_search(retrieval, timeout_ms=timeout_ms)
     missing = set(retrieval.filters) - set(plan.applied_filters)
@@ -66,11 +71,28 @@ async def retrieve(engine: Engine, retrieval: Retrieval, budget: Budget, *, pivo
 
 
 class Retriever:
-    """What protocols hold: the retrieval flow bound to one engine and the configured score normalisation."""
+    """What protocols hold: the retrieval flow bound to one engine and the configured score normalisation.
 
-    def __init__(self, engine: Engine, *, pivot: float) -> None:
+    It remembers, per index expression, which ACL fields are mapped (for `mapping_ttl_s`), so checking that a
+    filter is enforceable costs one engine call per knowledge base per minute, not one per request."""
+
+    def __init__(self, engine: Engine, *, pivot: float, mapping_ttl_s: float = 60.0) -> None:
         self._engine = engine
         self._pivot = pivot
+        self._ttl = mapping_ttl_s
+        self._mapped: dict[str, tuple[float, set[str]]] = {}
+
+    async def _mapped_fields(self, index: str, budget: Budget) -> set[str]:
+        now = time.monotonic()
+        cached = self._mapped.get(index)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        fields = await self._engine.mapped_fields(index, acl.ACL_FIELDS, budget)
+        self._mapped[index] = (now + self._ttl, fields)
+        return fields
 
     async def retrieve(self, retrieval: Retrieval, budget: Budget) -> Result:
-        return await retrieve(self._engine, retrieval, budget, pivot=self._pivot)
+        mapped = None
+        if retrieval.filters:
+            mapped = await self._mapped_fields(",".join(kb.alias for kb in retrieval.knowledge), budget)
+        return await retrieve(self._engine, retrieval, budget, pivot=self._pivot, mapped=mapped)

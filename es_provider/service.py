@@ -8,6 +8,7 @@ from aiohttp import web
 
 from es_provider.auth import Credentials, ReplayCache
 from es_provider.config import Settings
+from es_provider.idempotency import IdempotencyCache
 from es_provider.retrieval import Retriever
 
 
@@ -17,6 +18,7 @@ class Services:
     credentials: Credentials
     retriever: Retriever
     replays: ReplayCache
+    idempotency: IdempotencyCache
 
 
 SERVICES = web.AppKey("services", Services)

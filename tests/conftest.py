@@ -147,8 +147,9 @@ async def client_for(opensearch: OpenSearchNode) -> AsyncIterator[Any]:
 
     clients: list[TestClient[Any, Any]] = []
 
-    async def make(*kbs: KnowledgeBase, **overrides: Any) -> TestClient[Any, Any]:
-        app = create_app(settings_for(opensearch.url, *kbs, **overrides), environ=TEST_ENV)
+    async def make(*kbs: KnowledgeBase, url: str | None = None, env: dict[str, str] | None = None,
+                   **overrides: Any) -> TestClient[Any, Any]:
+        app = create_app(settings_for(url or opensearch.url, *kbs, **overrides), environ={**TEST_ENV, **(env or {})})
         client: TestClient[Any, Any] = TestClient(TestServer(app))
         await client.start_server()
         clients.append(client)
@@ -157,3 +158,13 @@ async def client_for(opensearch: OpenSearchNode) -> AsyncIterator[Any]:
     yield make
     for client in clients:
         await client.close()
+
+
+@pytest.fixture
+async def proxy(opensearch: OpenSearchNode) -> AsyncIterator[Any]:
+    """An EngineProxy in front of the real node (tests/proxy.py)."""
+    from proxy import EngineProxy
+
+    running = await EngineProxy(opensearch.url).start()
+    yield running
+    await running.close()

@@ -6,6 +6,7 @@ credential (401), knowledge/version/application (403), content type (415), size 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from typing import Annotated, Any, Literal
@@ -15,11 +16,12 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from es_provider import auth
-from es_provider.acl import Identity, ordered
-from es_provider.config import FilterName
+from es_provider.acl import Filter, Identity, ordered
+from es_provider.config import FilterName, KnowledgeBase
 from es_provider.deadline import budget_from_deadline
 from es_provider.domain import Result, Retrieval
 from es_provider.errors import ErrorCode, KnowledgeError, forbidden, protocol_error, unauthenticated
+from es_provider.protocols import sparktide_items as items
 from es_provider.protocols.body import check_content_type, parse_object, read_body
 from es_provider.service import SERVICES
 
@@ -73,7 +75,14 @@ def parse_request(data: dict[str, Any]) -> CallbackRequest:
         raise protocol_error(f"invalid fields: {', '.join(fields)}") from None
 
 
-def check_consistency(req: CallbackRequest, *, knowledge_id: str, version: str, idempotency_key: str | None) -> None:
+def check_consistency(
+    req: CallbackRequest,
+    *,
+    knowledge_id: str,
+    version: str,
+    idempotency_key: str | None,
+    mandatory: list[Filter],
+) -> None:
     if req.knowledgeId != knowledge_id or req.version != version:
         raise protocol_error("knowledgeId/version differ from the route")
     f = req.filters
@@ -81,39 +90,42 @@ def check_consistency(req: CallbackRequest, *, knowledge_id: str, version: str, 
         raise protocol_error("filters identity differs from the callback identity")
     if len(set(f.required)) != len(f.required):
         raise protocol_error("filters.required has duplicates")
+    if not set(mandatory) <= set(f.required):
+        raise protocol_error("filters.required does not cover the knowledge base's mandatory filters")
     if idempotency_key != req.executionId:
         raise protocol_error("Idempotency-Key must equal executionId")
 
 
-def render_item(chunk: Any) -> dict[str, Any]:
-    source: dict[str, Any] = {"type": "DOCUMENT", "id": chunk.document_id}
-    for key in ("version", "page", "locator", "uri"):
-        value = chunk.source.get(key)
-        if value is not None:
-            source[key] = value
-    item: dict[str, Any] = {
-        "id": chunk.chunk_id,
-        "documentId": chunk.document_id,
-        "content": chunk.content,
-        "source": source,
-    }
-    if chunk.title is not None:
-        item["title"] = chunk.title
-    if chunk.score is not None:
-        item["score"] = chunk.score
-    if chunk.metadata:
-        item["metadata"] = chunk.metadata
-    if chunk.tenant_id is not None:
-        item["tenantId"] = chunk.tenant_id
-    return item
+def fingerprint(data: dict[str, Any]) -> bytes:
+    """The request without its deadline: a retry of the same callback carries a later deadline."""
+    canonical = {k: v for k, v in data.items() if k != "deadline"}
+    return hashlib.sha256(orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)).digest()
 
 
-def render_result(result: Result) -> dict[str, Any]:
-    return {
-        "protocolVersion": "1.0",
-        "appliedFilters": [f.value for f in result.applied_filters],
-        "items": [render_item(c) for c in result.chunks],
-    }
+def render_answer(result: Result, *, legacy: bool) -> tuple[bytes, list[str]]:
+    if legacy:
+        rendered = items.render(result.chunks, {}, "documents", legacy=True)
+        return orjson.dumps({"documents": rendered.items}), rendered.problems
+    envelope = {"protocolVersion": "1.0", "appliedFilters": [f.value for f in result.applied_filters]}
+    rendered = items.render(result.chunks, envelope, "items")
+    return orjson.dumps({**envelope, "items": rendered.items}), rendered.problems
+
+
+def manifest(kb: KnowledgeBase, endpoint: str, version: str | None = None) -> dict[str, Any]:
+    """The REMOTE registration JSON SparkTide's "new knowledge base" form asks for (spec: 配置与发布)."""
+    version = version or kb.versions[-1]
+    if version not in kb.versions:
+        raise ValueError(f"version {version!r} is not published for {kb.id} (published: {', '.join(kb.versions)})")
+    path = f"/agent/knowledge/{kb.id}/{version}"
+    url = endpoint if endpoint.rstrip("/").endswith(path) else endpoint.rstrip("/") + path
+    registration: dict[str, Any] = {"mode": "REMOTE", "endpoint": url, "secretRef": kb.secret_ref}
+    if kb.protocol == "1.0":
+        registration["callbackProtocolVersion"] = "1.0"
+    registration["mandatoryFilters"] = [f.value for f in kb.mandatory_filters]
+    registration["topK"] = kb.top_k
+    if kb.permissions:
+        registration["permissions"] = list(kb.permissions)
+    return registration
 
 
 async def handle(request: web.Request) -> web.Response:
@@ -155,9 +167,14 @@ async def _handle(request: web.Request) -> web.Response:
         replays=services.replays,
     ):
         raise unauthenticated("signature missing, expired, invalid or replayed")
-    req = parse_request(parse_object(raw))
+    data = parse_object(raw)
+    req = parse_request(data)
     check_consistency(
-        req, knowledge_id=knowledge_id, version=version, idempotency_key=request.headers.get("Idempotency-Key")
+        req,
+        knowledge_id=knowledge_id,
+        version=version,
+        idempotency_key=request.headers.get("Idempotency-Key"),
+        mandatory=kb.mandatory_filters,
     )
     if req.appId not in kb.apps:
         raise forbidden("application not bound to this knowledge base")
@@ -182,5 +199,18 @@ async def _handle(request: web.Request) -> web.Response:
         filters=ordered([*kb.mandatory_filters, *req.filters.required]),
         top_k=min(req.topK, kb.top_k),
     )
+    key = (kb.id, version, req.appId, req.executionId)
+    request_print = fingerprint(data)
+    now = time.monotonic()
+    cached = services.idempotency.get(key, request_print, now)
+    if cached is not None:
+        return web.Response(body=cached, content_type="application/json")
+
     result = await services.retriever.retrieve(retrieval, budget)
-    return web.Response(body=orjson.dumps(render_result(result)), content_type="application/json")
+    if result.dropped:
+        log.warning("permission re-check dropped %d hit(s)", result.dropped, extra={"executionId": req.executionId})
+    body, problems = render_answer(result, legacy=kb.protocol == "legacy")
+    for problem in problems:
+        log.warning("result item: %s", problem, extra={"executionId": req.executionId})
+    services.idempotency.put(key, request_print, body, time.monotonic())
+    return web.Response(body=body, content_type="application/json")

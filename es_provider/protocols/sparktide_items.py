@@ -1,0 +1,203 @@
+"""Pure: neutral Chunks → SparkTide 1.0 items and legacy documents, enforcing every result-field rule of the spec.
+
+A chunk that can be made valid by dropping or shortening an optional field (title, locator, page, uri,
+metadata, score) is fixed; one that cannot (id, documentId, content, tenantId, source id) is skipped. Either way
+the reason is returned for the log; nothing invalid is ever sent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from es_provider.domain import Chunk
+
+MAX_ITEMS = 100
+MAX_BODY_BYTES = 1024 * 1024
+MAX_CONTENT = 16384
+MAX_TITLE = 512
+MAX_TENANT = 128
+MAX_SOURCE_ID = 128
+MAX_LOCATOR = 512
+MAX_URI = 2048
+MAX_PAGE = 1_000_000
+MAX_METADATA_BYTES = 4096
+MAX_METADATA_DEPTH = 8
+SOURCE_TYPES = ("DOCUMENT", "URL", "INLINE")
+
+_ITEM_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
+# Markup, not prose: a tag name right after "<" and a closing ">" (so "a < b" and "x<y" stay text).
+_HTML_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9]*(\s[^<>]*)?/?>")
+
+
+class InvalidItem(ValueError):
+    """The chunk cannot be sent; the message says why (never its content)."""
+
+
+@dataclass
+class Rendered:
+    items: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # for the log: what was skipped or fixed, and why
+
+
+def valid_uri(uri: object) -> bool:
+    if not isinstance(uri, str) or not uri or len(uri) > MAX_URI:
+        return False
+    try:
+        parts = urlsplit(uri)
+        host = parts.hostname
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(host) and "@" not in parts.netloc
+
+
+def metadata_depth(value: object, level: int = 1) -> int:
+    if isinstance(value, Mapping):
+        return max([level, *(metadata_depth(v, level + 1) for v in value.values())])
+    if isinstance(value, list):
+        return max([level, *(metadata_depth(v, level + 1) for v in value)])
+    return level - 1
+
+
+def valid_metadata(metadata: Mapping[str, Any]) -> bool:
+    try:
+        encoded = json.dumps(metadata, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+    except (TypeError, ValueError):
+        return False
+    return len(encoded) <= MAX_METADATA_BYTES and metadata_depth(metadata) <= MAX_METADATA_DEPTH
+
+
+def valid_item_id(value: object) -> bool:
+    return isinstance(value, str) and value not in (".", "..") and _ITEM_ID.fullmatch(value) is not None
+
+
+def _content(chunk: Chunk) -> str:
+    if not chunk.content.strip():
+        raise InvalidItem("empty content")
+    if len(chunk.content) > MAX_CONTENT:
+        raise InvalidItem("content over 16384 characters")
+    if _HTML_TAG.search(chunk.content):
+        raise InvalidItem("content is HTML")
+    return chunk.content
+
+
+def _source(chunk: Chunk, fixes: list[str]) -> dict[str, Any]:
+    stored = chunk.source
+    source_type = stored.get("type") if stored.get("type") in SOURCE_TYPES else "DOCUMENT"
+    stored_id = stored.get("id")
+    source_id = stored_id if isinstance(stored_id, str) and stored_id else chunk.document_id
+    if len(source_id) > MAX_SOURCE_ID:
+        raise InvalidItem("source id over 128 characters")
+    source: dict[str, Any] = {"type": source_type, "id": source_id}
+    version = stored.get("version")
+    if isinstance(version, str) and version:
+        source["version"] = version
+    page = stored.get("page")
+    if page is not None:
+        if isinstance(page, int) and not isinstance(page, bool) and 1 <= page <= MAX_PAGE:
+            source["page"] = page
+        else:
+            fixes.append("dropped invalid source.page")
+    locator = stored.get("locator")
+    if isinstance(locator, str) and locator:
+        if len(locator) > MAX_LOCATOR:
+            fixes.append("shortened source.locator")
+        source["locator"] = locator[:MAX_LOCATOR]
+    uri = stored.get("uri")
+    if uri is not None:
+        if valid_uri(uri):
+            source["uri"] = uri
+        else:
+            fixes.append("dropped invalid source.uri")
+    if source_type == "URL" and "uri" not in source:
+        raise InvalidItem("URL source without a valid uri")
+    return source
+
+
+def to_item(chunk: Chunk) -> tuple[dict[str, Any], list[str]]:
+    """One chunk → one 1.0 item, plus the fixes applied. Raises InvalidItem when it cannot be sent."""
+    fixes: list[str] = []
+    if not valid_item_id(chunk.chunk_id):
+        raise InvalidItem("chunk id is not a valid item id")
+    if not chunk.document_id:
+        raise InvalidItem("chunk has no documentId")
+    if chunk.tenant_id is not None and len(chunk.tenant_id) > MAX_TENANT:
+        raise InvalidItem("tenantId over 128 characters")
+    item: dict[str, Any] = {
+        "id": chunk.chunk_id,
+        "documentId": chunk.document_id,
+        "content": _content(chunk),
+        "source": _source(chunk, fixes),
+    }
+    if chunk.title:
+        if len(chunk.title) > MAX_TITLE:
+            fixes.append("shortened title")
+        item["title"] = chunk.title[:MAX_TITLE]
+    if chunk.score is not None:
+        if math.isfinite(chunk.score) and 0.0 <= chunk.score <= 1.0:
+            item["score"] = chunk.score
+        else:
+            fixes.append("omitted out-of-range score")
+    if chunk.metadata:
+        if valid_metadata(chunk.metadata):
+            item["metadata"] = chunk.metadata
+        else:
+            fixes.append("omitted metadata over 4096 bytes or depth 8")
+    if chunk.tenant_id is not None:
+        item["tenantId"] = chunk.tenant_id
+    return item, fixes
+
+
+def to_legacy(chunk: Chunk) -> tuple[dict[str, Any], list[str]]:
+    """One chunk → one legacy document `{id, text, title, source, tenantId}`, under the same checks."""
+    item, fixes = to_item(chunk)
+    source = item["source"]
+    document: dict[str, Any] = {
+        "id": item["id"],
+        "text": item["content"],
+        "source": source.get("uri") or source["id"],
+    }
+    if "title" in item:
+        document["title"] = item["title"]
+    if "tenantId" in item:
+        document["tenantId"] = item["tenantId"]
+    return document, fixes
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+def render(chunks: Iterable[Chunk], envelope: dict[str, Any], key: str, *, legacy: bool = False) -> Rendered:
+    """Valid, de-duplicated items under `envelope[key]`, at most 100, the whole body within 1 MiB
+    (items are dropped from the tail, the least relevant, until it fits)."""
+    out = Rendered()
+    seen: set[str] = set()
+    size = _size({**envelope, key: []})
+    for chunk in chunks:
+        if len(out.items) >= MAX_ITEMS:
+            out.problems.append("item limit 100 reached")
+            break
+        try:
+            item, fixes = to_legacy(chunk) if legacy else to_item(chunk)
+        except InvalidItem as exc:
+            out.problems.append(f"skipped chunk {chunk.chunk_id[:128]!r}: {exc}")
+            continue
+        out.problems.extend(f"chunk {chunk.chunk_id!r}: {fix}" for fix in fixes)
+        if item["id"] in seen:
+            out.problems.append(f"skipped duplicate item id {item['id']!r}")
+            continue
+        item_size = _size(item) + (1 if out.items else 0)
+        if size + item_size > MAX_BODY_BYTES:
+            out.problems.append("response size limit 1 MiB reached")
+            break
+        seen.add(item["id"])
+        size += item_size
+        out.items.append(item)
+    return out

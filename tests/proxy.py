@@ -1,0 +1,59 @@
+"""An HTTP proxy in front of the real OpenSearch node, for tests that must see or shape engine traffic:
+it counts requests (a refusal must not reach OpenSearch), can delay answers (deadline tests) or answer
+with a fixed status (429/503) instead of forwarding."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from aiohttp import ClientSession, web
+
+
+@dataclass
+class EngineProxy:
+    target: str
+    delay_s: float = 0.0
+    status: int | None = None
+    requests: list[str] = field(default_factory=list)
+    url: str = ""
+    _runner: web.AppRunner | None = None
+    _session: ClientSession | None = None
+
+    @property
+    def searches(self) -> int:
+        return sum(1 for r in self.requests if "_search" in r)
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(f"{request.method} {request.path_qs}")
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        if self.status is not None:
+            return web.json_response({"error": {"type": "injected"}, "status": self.status}, status=self.status)
+        assert self._session is not None
+        body = await request.read()
+        async with self._session.request(
+            request.method, self.target + request.path_qs, data=body or None,
+            headers={"Content-Type": request.headers.get("Content-Type", "application/json")},
+        ) as upstream:
+            payload = await upstream.read()
+            return web.Response(status=upstream.status, body=payload,
+                                content_type=upstream.content_type or "application/json")
+
+    async def start(self) -> EngineProxy:
+        self._session = ClientSession()
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()

@@ -3,33 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
-from typing import Any
 
-from conftest import CALLBACK_SECRET, PRINCIPALS, SAMPLE_CORPUS
+from callbacks import body, headers
+from conftest import PRINCIPALS, SAMPLE_CORPUS
 
 from es_provider.engine import Engine
 from es_provider.ingest.records import read_jsonl
 from es_provider.ingest.writer import ingest
-
-
-def callback(subject: str, tenant: str | None, query: str, *, top_k: int = 10, execution: str = "exec-1") -> dict[str, Any]:
-    return {
-        "protocolVersion": "1.0",
-        "appId": "app-1",
-        "subjectId": subject,
-        "tenantId": tenant,
-        "knowledgeId": "project-documents",
-        "version": "1.0.0",
-        "query": query,
-        "topK": top_k,
-        "filters": {"appId": "app-1", "subjectId": subject, "tenantId": tenant, "required": ["TENANT", "SUBJECT"]},
-        "runId": "run-1",
-        "traceId": "trace-1",
-        "executionId": execution,
-        "deadline": int(time.time() * 1000) + 10_000,
-        "trustedContext": {},
-    }
 
 
 def visible_documents(subject: str, tenant: str | None) -> set[str]:
@@ -55,20 +35,20 @@ async def test_two_identities_see_different_permitted_sets(engine: Engine, kb, c
     for subject, tenant in (("u-alice", "team-a"), ("u-bob", "team-b")):
         response = await client.post(
             "/agent/knowledge/project-documents/1.0.0",
-            json=callback(subject, tenant, "设备安装位置 installation"),
-            headers={"Authorization": f"Bearer {CALLBACK_SECRET}", "Idempotency-Key": "exec-1"},
+            json=body(subject, tenant, query="设备安装位置 installation", topK=10, executionId=f"exec-{subject}"),
+            headers=headers(**{"Idempotency-Key": f"exec-{subject}"}),
         )
         assert response.status == 200, await response.text()
-        body = await response.json()
-        assert body["protocolVersion"] == "1.0"
-        assert body["appliedFilters"] == ["TENANT", "SUBJECT"]
-        docs = {item["documentId"] for item in body["items"]}
+        answer = await response.json()
+        assert answer["protocolVersion"] == "1.0"
+        assert answer["appliedFilters"] == ["TENANT", "SUBJECT"]
+        docs = {item["documentId"] for item in answer["items"]}
         assert docs, f"{subject} got no items"
         assert docs <= visible_documents(subject, tenant), f"{subject} saw {docs - visible_documents(subject, tenant)}"
-        for item in body["items"]:
+        for item in answer["items"]:
             assert item["source"]["type"] == "DOCUMENT"
             assert 0 <= item["score"] <= 1
-        answers[subject] = body
+        answers[subject] = answer
 
     assert {i["documentId"] for i in answers["u-alice"]["items"]} != {i["documentId"] for i in answers["u-bob"]["items"]}
     pages = {i["source"].get("page") for i in answers["u-alice"]["items"] if i["documentId"] == "install-spec"}

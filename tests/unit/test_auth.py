@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+import pytest
+
+from es_provider.auth import Credentials, ReplayCache, bearer_token, callback_knowledge, verify_signature
+from es_provider.errors import ErrorCode, KnowledgeError
+from es_provider.idempotency import IdempotencyCache
+
+
+@pytest.mark.parametrize(
+    ("header", "token"),
+    [("Bearer abc", b"abc"), ("bearer abc", b"abc"), ("BEARER  abc ", b"abc"), (None, None), ("", None),
+     ("Bearer", None), ("Bearer ", None), ("Bearer a b", None), ("Basic abc", None), ("abc", None)],
+)
+def test_bearer_token(header: str | None, token: bytes | None) -> None:
+    assert bearer_token(header) == token
+
+
+def test_callback_knowledge_matches_every_kb_sharing_the_secret() -> None:
+    creds = Credentials(callback_secrets={"a": b"s1", "b": b"s2", "c": b"s1"}, api_keys=())
+    assert callback_knowledge(creds, b"s1") == {"a", "c"}
+    assert callback_knowledge(creds, b"s3") == frozenset()
+
+
+def sign(secret: bytes, ts: str, body: bytes) -> str:
+    return hmac.new(secret, ts.encode() + b"." + body, hashlib.sha256).hexdigest()
+
+
+NOW = 1_800_000_000.0
+
+
+@pytest.mark.parametrize(
+    ("ts", "signature", "ok"),
+    [
+        ("1800000000", None, True),
+        ("1800000000000", None, True),  # milliseconds
+        ("1799999700", None, True),  # 300 s old: edge of the window
+        ("1799999699", None, False),
+        ("1800000301", None, False),
+        ("abc", None, False),
+        ("1800000000", "0" * 64, False),
+        ("", None, False),
+    ],
+)
+def test_verify_signature(ts: str, signature: str | None, ok: bool) -> None:
+    body = b'{"q": 1}'
+    sig = signature if signature is not None else sign(b"k", ts, body)
+    result = verify_signature(b"k", timestamp=ts, signature=sig, body=body, window_s=300,
+                              replays=ReplayCache(300), now=NOW)
+    assert result is ok
+
+
+def test_replayed_signature_is_refused_until_the_window_passes() -> None:
+    replays = ReplayCache(300)
+    assert replays.first_use("sig", NOW) and not replays.first_use("sig", NOW + 10)
+    assert replays.first_use("sig", NOW + 301)
+
+
+def test_idempotency_cache() -> None:
+    cache = IdempotencyCache(window_s=60)
+    key = ("kb", "1.0.0", "app", "exec")
+    assert cache.get(key, b"f", 0) is None
+    cache.put(key, b"f", b"answer", 0)
+    assert cache.get(key, b"f", 59) == b"answer"
+    with pytest.raises(KnowledgeError) as caught:
+        cache.get(key, b"other", 59)
+    assert caught.value.code is ErrorCode.REQUEST_REJECTED and caught.value.status == 422
+    assert cache.get(key, b"f", 61) is None

@@ -26,17 +26,23 @@ class Filter(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """Who is asking, only ever taken from the authenticated request and the service's own principal store."""
+    """Who is asking, only ever taken from the authenticated request and the service's own principal store.
+
+    `tenants` is the tenant scope: one tenant for a SparkTide callback, the key's tenants for an API key
+    (narrowed by the request), none for a caller with no tenant (it sees application-shared chunks only).
+    """
 
     app_id: str
-    tenant_id: str | None
+    tenants: frozenset[str]
     subject_id: str | None
     groups: frozenset[str] = field(default_factory=frozenset)
 
-    def __post_init__(self) -> None:
-        # An empty tenant means "no tenant": such a caller sees only application-shared chunks.
-        if self.tenant_id == "":
-            object.__setattr__(self, "tenant_id", None)
+    @classmethod
+    def of(
+        cls, app_id: str, tenant_id: str | None, subject_id: str | None, groups: frozenset[str] = frozenset()
+    ) -> Identity:
+        # An empty tenant means "no tenant".
+        return cls(app_id, frozenset({tenant_id}) if tenant_id else frozenset(), subject_id, groups)
 
 
 def _strings(value: Any) -> list[str]:
@@ -55,8 +61,8 @@ def _tenant_clause(identity: Identity) -> Clause:
         {"bool": {"must_not": [{"exists": {"field": TENANT_FIELD}}]}},
         {"term": {TENANT_FIELD: ""}},
     ]
-    if identity.tenant_id is not None:
-        shared.append({"term": {TENANT_FIELD: identity.tenant_id}})
+    if identity.tenants:
+        shared.append({"terms": {TENANT_FIELD: sorted(identity.tenants)}})
     return {"bool": {"should": shared, "minimum_should_match": 1}}
 
 
@@ -66,7 +72,7 @@ def _tenant_allows(source: Mapping[str, Any], identity: Identity) -> bool:
         return True
     if not isinstance(tenant, str):
         return False  # a multi-valued tenant is malformed: fail closed
-    return identity.tenant_id is not None and tenant == identity.tenant_id
+    return tenant in identity.tenants
 
 
 # --- SUBJECT: public, or the subject is listed, or one of its groups is. No ACL = nobody. ---

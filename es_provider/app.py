@@ -15,7 +15,7 @@ from es_provider.config import Settings
 from es_provider.engine import Engine
 from es_provider.errors import ErrorCode, KnowledgeError
 from es_provider.idempotency import IdempotencyCache
-from es_provider.protocols import sparktide
+from es_provider.protocols import agentarts, dify, sparktide
 from es_provider.retrieval import Retriever
 from es_provider.service import SERVICES, Services
 
@@ -42,14 +42,25 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ready"})
 
 
+# Path prefix → the protocol whose error body a routing refusal there gets.
+_ERROR_BODIES = (
+    ("/agent/knowledge/", sparktide.error_response),
+    ("/knowledge-bases", agentarts.error_response),
+    ("/retrieval", dify.error_response),
+    ("//retrieval", dify.error_response),
+)
+
+
 @web.middleware
 async def protocol_error_bodies(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Routing refusals (unknown path, wrong method) on a protocol's paths answer in that protocol's body."""
     try:
         return await handler(request)
     except web.HTTPException as exc:
-        if exc.status >= 400 and request.path.startswith("/agent/knowledge/"):
-            return sparktide.error_response(KnowledgeError(ErrorCode.PROTOCOL_ERROR, status=exc.status))
+        if exc.status >= 400:
+            for prefix, render in _ERROR_BODIES:
+                if request.path.startswith(prefix):
+                    return render(KnowledgeError(ErrorCode.PROTOCOL_ERROR, status=exc.status))
         raise
 
 
@@ -73,6 +84,10 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
 
     app.cleanup_ctx.append(engine_context)
     app.router.add_post("/agent/knowledge/{knowledge_id}/{version}", sparktide.handle)
+    app.router.add_get("/knowledge-bases", agentarts.list_knowledge_bases)
+    app.router.add_post("/knowledge-bases/retrieve", agentarts.retrieve)
+    app.router.add_post("/retrieval", dify.retrieval)
+    app.router.add_post("//retrieval", dify.retrieval)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     return app

@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from es_provider.acl import Identity
 from es_provider.config import ApiKey, ConfigError, Settings
+from es_provider.errors import forbidden
 
 _BEARER = "bearer "
 
@@ -75,6 +77,26 @@ def groups_of(settings: Settings, subject_id: str | None, extra: tuple[str, ...]
     if subject_id is not None:
         groups.update(settings.principals.get(subject_id, ()))
     return frozenset(groups)
+
+
+def api_key_identity(
+    settings: Settings, key: ApiKey, *, tenant_id: str | None = None, subject_id: str | None = None
+) -> Identity:
+    """The identity an API key acts as, optionally narrowed to one of its tenants or subjects.
+
+    Narrowing outside the key's scope is refused (403), never widened.
+    """
+    tenants = frozenset(key.tenants)
+    if tenant_id is not None:
+        if tenant_id and tenant_id not in tenants:
+            raise forbidden(detail="tenant outside the API key's scope")
+        tenants = frozenset({tenant_id}) if tenant_id else frozenset()
+    subject = key.subject
+    if subject_id is not None:
+        if subject_id != key.subject and subject_id not in key.subjects and "*" not in key.subjects:
+            raise forbidden(detail="subject outside the API key's scope")
+        subject = subject_id
+    return Identity(key.app, tenants, subject, groups_of(settings, subject, key.groups))
 
 
 class ReplayCache:

@@ -82,6 +82,8 @@ class ApiKey(_Strict):
     tenants: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
     subject: Annotated[str, Field(min_length=1, max_length=128)] | None = None
     groups: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
+    # End-user subjects this key may act for through AgentArts `extra_params` subject_id ("*": any subject).
+    subjects: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
     knowledge: list[str] = Field(default_factory=list)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from es_provider.acl import Filter, Identity
 from es_provider.config import KnowledgeBase
+from es_provider.metadata import Conditions
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,7 +18,7 @@ class Retrieval:
     filters: tuple[Filter, ...]  # the filters to enforce: the definition's mandatory ones and any the caller asks for
     top_k: int  # how many chunks to return at most, after the re-check
     score_threshold: float = 0.0
-    metadata_filter: dict[str, Any] | None = None  # an already-translated OpenSearch clause (Dify conditions)
+    metadata: Conditions | None = None  # Dify metadata conditions
 
 
 @dataclass(frozen=True, slots=True)

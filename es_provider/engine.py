@@ -115,6 +115,34 @@ class Engine:
 
         return await self._call(budget, run)
 
+    async def metadata_types(self, index: str, budget: Budget) -> dict[str, str]:
+        """Mapped type of every `metadata.*` field behind `index` (for translating metadata conditions)."""
+
+        async def run(left: float) -> dict[str, str]:
+            response = await self._client.indices.get_field_mapping(
+                index=index, fields="metadata.*", request_timeout=left
+            )
+            types: dict[str, str] = {}
+            for body in response.values():
+                for full_name, spec in (body.get("mappings") or {}).items():
+                    leaf = full_name.rsplit(".", 1)[-1]
+                    kind = (spec.get("mapping") or {}).get(leaf, {}).get("type")
+                    if isinstance(kind, str) and kind != "object":
+                        types.setdefault(full_name.removeprefix("metadata."), kind)
+            return types
+
+        return await self._call(budget, run)
+
+    async def existing_aliases(self, aliases: list[str], budget: Budget | None = None) -> set[str]:
+        if not aliases:
+            return set()
+
+        async def run(left: float) -> set[str]:
+            rows = await self._client.cat.aliases(name=",".join(aliases), format="json", request_timeout=left)
+            return {row["alias"] for row in rows if row.get("alias") in aliases}
+
+        return await self._call(budget, run)
+
     async def info(self, budget: Budget | None = None) -> dict[str, Any]:
         async def run(left: float) -> dict[str, Any]:
             response: dict[str, Any] = await self._client.info(request_timeout=left)

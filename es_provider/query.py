@@ -8,10 +8,11 @@ inside OpenSearch's boolean clause limit (1024) even for the longest valid query
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from es_provider import acl
+from es_provider import acl, metadata
 from es_provider.acl import Filter
 from es_provider.domain import Retrieval
 
@@ -62,11 +63,13 @@ def candidate_count(top_k: int) -> int:
     return min(MAX_CANDIDATES, max(top_k * 2, top_k + MIN_EXTRA_CANDIDATES))
 
 
-def build_search(retrieval: Retrieval, *, timeout_ms: int) -> SearchPlan:
+def build_search(
+    retrieval: Retrieval, *, timeout_ms: int, metadata_types: Mapping[str, str] | None = None
+) -> SearchPlan:
     tagged = acl.permission_clauses(retrieval.identity, retrieval.filters)
     filters: list[dict[str, Any]] = [clause for _, clause in tagged]
-    if retrieval.metadata_filter is not None:
-        filters.append(retrieval.metadata_filter)
+    if retrieval.metadata is not None:
+        filters.append(metadata.translate(retrieval.metadata, metadata_types or {}))
     text = {
         "multi_match": {
             "query": bounded_text(retrieval.query),

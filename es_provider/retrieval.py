@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Mapping
 
 from es_provider import acl
 from es_provider.deadline import Budget
@@ -26,13 +27,19 @@ def alias_of_index(index: str) -> str:
 
 
 async def retrieve(
-    engine: Engine, retrieval: Retrieval, budget: Budget, *, pivot: float, mapped: set[str] | None = None
+    engine: Engine,
+    retrieval: Retrieval,
+    budget: Budget,
+    *,
+    pivot: float,
+    mapped: set[str] | None = None,
+    metadata_types: Mapping[str, str] | None = None,
 ) -> Result:
     if mapped is not None and (cannot := acl.unenforceable(retrieval.filters, mapped)):
         # E.g. an index without ACL fields: refuse rather than answer unfiltered content.
         raise forbidden(detail=f"index cannot enforce {[f.value for f in cannot]}")
     timeout_ms = int(budget.remaining(time.monotonic()) * 1000)
-    plan = build_search(retrieval, timeout_ms=timeout_ms)
+    plan = build_search(retrieval, timeout_ms=timeout_ms, metadata_types=metadata_types)
     missing = set(retrieval.filters) - set(plan.applied_filters)
     if missing:
         # Never answer with content when a required filter is not in the query that will run.
@@ -81,6 +88,7 @@ class Retriever:
         self._pivot = pivot
         self._ttl = mapping_ttl_s
         self._mapped: dict[str, tuple[float, set[str]]] = {}
+        self._metadata: dict[str, tuple[float, dict[str, str]]] = {}
 
     async def _mapped_fields(self, index: str, budget: Budget) -> set[str]:
         now = time.monotonic()
@@ -91,8 +99,24 @@ class Retriever:
         self._mapped[index] = (now + self._ttl, fields)
         return fields
 
+    async def _metadata_types(self, index: str, budget: Budget) -> dict[str, str]:
+        # Short-lived: a metadata key first written by an ingest becomes filterable within seconds.
+        now = time.monotonic()
+        cached = self._metadata.get(index)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        types = await self._engine.metadata_types(index, budget)
+        self._metadata[index] = (now + min(self._ttl, 5.0), types)
+        return types
+
     async def retrieve(self, retrieval: Retrieval, budget: Budget) -> Result:
-        mapped = None
-        if retrieval.filters:
-            mapped = await self._mapped_fields(",".join(kb.alias for kb in retrieval.knowledge), budget)
-        return await retrieve(self._engine, retrieval, budget, pivot=self._pivot, mapped=mapped)
+        index = ",".join(kb.alias for kb in retrieval.knowledge)
+        mapped = await self._mapped_fields(index, budget) if retrieval.filters else None
+        types = await self._metadata_types(index, budget) if retrieval.metadata is not None else None
+        return await retrieve(
+            self._engine, retrieval, budget, pivot=self._pivot, mapped=mapped, metadata_types=types
+        )
+
+    async def available(self, aliases: list[str], budget: Budget) -> set[str]:
+        """Which of `aliases` exist now (point at an index) and so can be searched."""
+        return await self._engine.existing_aliases(aliases, budget)

@@ -20,9 +20,10 @@ from es_provider.acl import Filter, Identity, ordered
 from es_provider.config import FilterName, KnowledgeBase
 from es_provider.deadline import budget_from_deadline
 from es_provider.domain import Result, Retrieval
-from es_provider.errors import ErrorCode, KnowledgeError, forbidden, protocol_error, unauthenticated
+from es_provider.errors import KnowledgeError, forbidden, protocol_error, unauthenticated
 from es_provider.protocols import sparktide_items as items
 from es_provider.protocols.body import check_content_type, parse_object, read_body
+from es_provider.protocols.common import field_names, guarded
 from es_provider.service import SERVICES
 
 log = logging.getLogger("es_provider.sparktide")
@@ -71,8 +72,7 @@ def parse_request(data: dict[str, Any]) -> CallbackRequest:
     try:
         return CallbackRequest.model_validate(data)
     except ValidationError as exc:
-        fields = sorted({".".join(str(p) for p in e["loc"]) for e in exc.errors()})
-        raise protocol_error(f"invalid fields: {', '.join(fields)}") from None
+        raise protocol_error(f"invalid fields: {field_names(exc.errors())}") from None
 
 
 def check_consistency(
@@ -128,19 +128,8 @@ def manifest(kb: KnowledgeBase, endpoint: str, version: str | None = None) -> di
     return registration
 
 
+@guarded(error_response, log)
 async def handle(request: web.Request) -> web.Response:
-    try:
-        return await _handle(request)
-    except KnowledgeError as exc:
-        if exc.detail:
-            log.info("refused: %s (%s)", exc.code.value, exc.detail)
-        return error_response(exc)
-    except Exception:
-        log.exception("unexpected failure in the SparkTide route")
-        return error_response(KnowledgeError(ErrorCode.UNAVAILABLE))
-
-
-async def _handle(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     settings = services.settings
     knowledge_id = request.match_info["knowledge_id"]
@@ -186,12 +175,7 @@ async def _handle(request: web.Request) -> web.Response:
         margin_ms=settings.server.deadline_margin_ms,
         max_ahead_ms=settings.server.max_deadline_ahead_ms,
     )
-    identity = Identity(
-        app_id=req.appId,
-        tenant_id=req.tenantId,
-        subject_id=req.subjectId,
-        groups=auth.groups_of(settings, req.subjectId),
-    )
+    identity = Identity.of(req.appId, req.tenantId, req.subjectId, auth.groups_of(settings, req.subjectId))
     retrieval = Retrieval(
         knowledge=(kb,),
         query=req.query,

@@ -6,9 +6,9 @@ import pytest
 
 from es_provider.acl import Filter, Identity, permission_clauses, visible
 
-ALICE_A = Identity(app_id="app-1", tenant_id="team-a", subject_id="u-alice", groups=frozenset({"eng"}))
-NO_TENANT = Identity(app_id="app-1", tenant_id=None, subject_id="u-alice", groups=frozenset())
-EMPTY_TENANT = Identity(app_id="app-1", tenant_id="", subject_id="u-x", groups=frozenset())
+ALICE_A = Identity.of("app-1", "team-a", "u-alice", frozenset({"eng"}))
+NO_TENANT = Identity.of("app-1", None, "u-alice")
+EMPTY_TENANT = Identity.of("app-1", "", "u-x")
 BOTH = (Filter.TENANT, Filter.SUBJECT)
 
 
@@ -38,8 +38,12 @@ def chunk(tenant: object = "team-a", subjects: object = (), groups: object = (),
         ("prefix tenant does not match", chunk(tenant="team-a2", public=True), ALICE_A, BOTH, False),
         ("multi-valued tenant fails closed", chunk(tenant=["team-a", "team-b"], public=True), ALICE_A, BOTH, False),
         ("wildcard subject is literal", chunk(subjects=("u-alice",)),
-         Identity(app_id="a", tenant_id="team-a", subject_id="*"), BOTH, False),
+         Identity.of("a", "team-a", "*"), BOTH, False),
         ("subjects as a single string", chunk(subjects="u-alice"), ALICE_A, BOTH, True),
+        ("several tenants: each is in scope", chunk(tenant="team-b", public=True),
+         Identity("app-1", frozenset({"team-a", "team-b"}), "u-alice"), BOTH, True),
+        ("several tenants: others are not", chunk(tenant="team-c", public=True),
+         Identity("app-1", frozenset({"team-a", "team-b"}), "u-alice"), BOTH, False),
         ("TENANT only ignores ACL", chunk(), ALICE_A, (Filter.TENANT,), True),
         ("SUBJECT only ignores tenant", chunk(tenant="team-b", public=True), ALICE_A, (Filter.SUBJECT,), True),
         ("no filters: everything", chunk(tenant="team-b"), ALICE_A, (), True),
@@ -59,13 +63,13 @@ def test_tenant_clause() -> None:
     assert clause == {"bool": {"should": [
         {"bool": {"must_not": [{"exists": {"field": "tenant_id"}}]}},
         {"term": {"tenant_id": ""}},
-        {"term": {"tenant_id": "team-a"}},
+        {"terms": {"tenant_id": ["team-a"]}},
     ], "minimum_should_match": 1}}
 
 
 def test_tenant_clause_without_tenant_has_only_shared() -> None:
     [(_, clause)] = permission_clauses(NO_TENANT, [Filter.TENANT])
-    assert {"term": {"tenant_id": "team-a"}} not in clause["bool"]["should"]
+    assert {"terms": {"tenant_id": ["team-a"]}} not in clause["bool"]["should"]
     assert len(clause["bool"]["should"]) == 2
 
 
@@ -74,9 +78,9 @@ def test_tenant_clause_without_tenant_has_only_shared() -> None:
     [
         (ALICE_A, [{"term": {"acl.public": True}}, {"term": {"acl.subjects": "u-alice"}},
                    {"terms": {"acl.groups": ["eng"]}}]),
-        (Identity(app_id="a", tenant_id=None, subject_id=None, groups=frozenset({"b", "a"})),
+        (Identity.of("a", None, None, frozenset({"b", "a"})),
          [{"term": {"acl.public": True}}, {"terms": {"acl.groups": ["a", "b"]}}]),
-        (Identity(app_id="a", tenant_id=None, subject_id="s"),
+        (Identity.of("a", None, "s"),
          [{"term": {"acl.public": True}}, {"term": {"acl.subjects": "s"}}]),
     ],
 )

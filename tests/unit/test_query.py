@@ -7,7 +7,7 @@ from es_provider.acl import Filter, Identity
 from es_provider.domain import Retrieval
 from es_provider.query import MAX_QUERY_UNITS, bounded_text, build_search, candidate_count
 
-ID = Identity(app_id="app-1", tenant_id="team-a", subject_id="u-alice", groups=frozenset({"eng"}))
+ID = Identity.of("app-1", "team-a", "u-alice", frozenset({"eng"}))
 
 
 def retrieval(query: str = "installation", filters: tuple = (Filter.TENANT, Filter.SUBJECT), top_k: int = 3) -> Retrieval:

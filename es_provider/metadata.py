@@ -1,0 +1,199 @@
+"""Pure: Dify metadata conditions (CONTRACT §11) → one OpenSearch filter clause on `metadata.<name>`.
+
+Parsing checks names, operators and value types (a wrong one is the caller's error). Translation takes the
+index's mapped type of each metadata key, so every clause fits its field: a key that no chunk carries, or whose
+type cannot answer the operator, matches nothing (`empty` matches everything). Negative operators (`is not`,
+`not contains`, `not in`, `≠`) match only chunks that carry the key, as in SQL.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Clause = dict[str, Any]
+MATCH_NONE: Clause = {"match_none": {}}
+MATCH_ALL: Clause = {"match_all": {}}
+MAX_CONDITIONS = 100
+
+STRING_OPS = ("contains", "not contains", "start with", "end with")
+EQUALITY_OPS = ("is", "is not")
+PRESENCE_OPS = ("empty", "not empty")
+SET_OPS = ("in", "not in")
+COMPARE_OPS = ("=", "≠", ">", "<", "≥", "≤")
+TIME_OPS = ("before", "after")
+OPERATORS = (*STRING_OPS, *EQUALITY_OPS, *PRESENCE_OPS, *SET_OPS, *COMPARE_OPS, *TIME_OPS)
+
+NUMERIC_TYPES = frozenset(
+    {"double", "float", "half_float", "scaled_float", "long", "integer", "short", "byte", "unsigned_long"}
+)
+_NAME = re.compile(r"^[^*?.\s][^*?]{0,255}$")
+
+
+class ConditionError(ValueError):
+    """A condition the caller got wrong; the message names it (never a stored value)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    name: str
+    operator: str
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Conditions:
+    logical_operator: Literal["and", "or"]
+    conditions: tuple[Condition, ...]
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool):
+        raise ConditionError(f"{where}: value must be a number")
+    if isinstance(value, int | float):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            raise ConditionError(f"{where}: value must be a number") from None
+    else:
+        raise ConditionError(f"{where}: value must be a number")
+    if not math.isfinite(number):
+        raise ConditionError(f"{where}: value must be a finite number")
+    return number
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int | float) and not isinstance(value, bool))
+
+
+def _check_value(operator: str, value: Any, where: str) -> Any:
+    if operator in STRING_OPS:
+        if not isinstance(value, str):
+            raise ConditionError(f"{where}: '{operator}' needs a string value")
+        return value
+    if operator in EQUALITY_OPS:
+        if not _scalar(value):
+            raise ConditionError(f"{where}: '{operator}' needs a string or number value")
+        return value
+    if operator in PRESENCE_OPS:
+        return None
+    if operator in SET_OPS:
+        if isinstance(value, str):
+            values = [v.strip() for v in value.split(",") if v.strip()]
+        elif isinstance(value, list) and all(_scalar(v) for v in value):
+            values = list(value)
+        else:
+            raise ConditionError(f"{where}: '{operator}' needs a list or a comma-separated string")
+        if not values:
+            raise ConditionError(f"{where}: '{operator}' needs at least one value")
+        return tuple(values)
+    # comparisons and times
+    return _number(value, where)
+
+
+def parse(logical_operator: str | None, conditions: list[Any] | None) -> Conditions | None:
+    """Validates Dify's metadata_condition; None when it imposes nothing."""
+    if logical_operator not in (None, "and", "or"):
+        raise ConditionError("metadata_condition.logical_operator must be 'and' or 'or'")
+    if not conditions:
+        return None
+    if len(conditions) > MAX_CONDITIONS:
+        raise ConditionError(f"metadata_condition has more than {MAX_CONDITIONS} conditions")
+    parsed = []
+    for i, raw in enumerate(conditions):
+        where = f"metadata_condition.conditions[{i}]"
+        if not isinstance(raw, Mapping):
+            raise ConditionError(f"{where} must be an object")
+        name = raw.get("name")
+        operator = raw.get("comparison_operator")
+        if not isinstance(name, str) or not _NAME.match(name) or ".." in name or name.endswith("."):
+            raise ConditionError(f"{where}.name is not a valid metadata key")
+        if operator not in OPERATORS:
+            raise ConditionError(f"{where}.comparison_operator {str(operator)[:40]!r} is not supported")
+        parsed.append(Condition(name, operator, _check_value(operator, raw.get("value"), where)))
+    return Conditions("or" if logical_operator == "or" else "and", tuple(parsed))
+
+
+def _escape_wildcard(text: str) -> str:
+    return re.sub(r"([\\*?])", r"\\\1", text)
+
+
+def _field_value(kind: str | None, value: Any) -> Any | None:
+    """`value` as the field's type stores it, or None when no chunk could hold it."""
+    if kind == "keyword":
+        if isinstance(value, float) and value.is_integer():
+            return str(int(value))
+        return str(value)
+    if kind in NUMERIC_TYPES:
+        try:
+            return _number(value, "")
+        except ConditionError:
+            return None
+    if kind == "boolean":
+        text = str(value).strip().lower()
+        return {"true": True, "false": False}.get(text)
+    return None
+
+
+def _present(field: str) -> Clause:
+    return {"exists": {"field": field}}
+
+
+def _carries_but_not(field: str, clause: Clause) -> Clause:
+    return {"bool": {"filter": [_present(field)], "must_not": [clause]}}
+
+
+def _equals(field: str, kind: str | None, value: Any) -> Clause:
+    stored = _field_value(kind, value)
+    return MATCH_NONE if stored is None else {"term": {field: stored}}
+
+
+def translate_one(condition: Condition, types: Mapping[str, str]) -> Clause:
+    field = f"metadata.{condition.name}"
+    kind = types.get(condition.name)
+    op, value = condition.operator, condition.value
+    if kind is None:
+        return MATCH_ALL if op == "empty" else MATCH_NONE
+    if op in PRESENCE_OPS:
+        blank: list[Clause] = [{"term": {field: ""}}] if kind == "keyword" else []
+        if op == "empty":
+            return {"bool": {"should": [{"bool": {"must_not": [_present(field)]}}, *blank], "minimum_should_match": 1}}
+        return {"bool": {"filter": [_present(field)], "must_not": blank}}
+    if op in STRING_OPS:
+        if kind != "keyword":
+            return MATCH_NONE
+        escaped = _escape_wildcard(value)
+        positive: Clause = {
+            "contains": {"wildcard": {field: {"value": f"*{escaped}*"}}},
+            "not contains": {"wildcard": {field: {"value": f"*{escaped}*"}}},
+            "start with": {"prefix": {field: value}},
+            "end with": {"wildcard": {field: {"value": f"*{escaped}"}}},
+        }[op]
+        return _carries_but_not(field, positive) if op == "not contains" else positive
+    if op in ("is", "="):
+        return _equals(field, kind, value)
+    if op in ("is not", "≠"):
+        return _carries_but_not(field, _equals(field, kind, value))
+    if op in SET_OPS:
+        stored = [v for v in (_field_value(kind, item) for item in value) if v is not None]
+        positive = {"terms": {field: stored}} if stored else MATCH_NONE
+        return positive if op == "in" else _carries_but_not(field, positive)
+    # >, <, ≥, ≤, before, after: numbers (Unix seconds for times) on numeric fields, or date fields.
+    bound = {">": "gt", "<": "lt", "≥": "gte", "≤": "lte", "before": "lt", "after": "gt"}[op]
+    if kind in NUMERIC_TYPES:
+        return {"range": {field: {bound: value}}}
+    if kind == "date" and op in TIME_OPS:
+        return {"range": {field: {bound: int(value), "format": "epoch_second"}}}
+    return MATCH_NONE
+
+
+def translate(conditions: Conditions, types: Mapping[str, str]) -> Clause:
+    clauses = [translate_one(c, types) for c in conditions.conditions]
+    if conditions.logical_operator == "or":
+        return {"bool": {"should": clauses, "minimum_should_match": 1}}
+    return {"bool": {"filter": clauses}}

@@ -1,0 +1,47 @@
+"""What every protocol handler shares: one guard that turns refusals into the protocol's own error body (and
+any unexpected exception into UNAVAILABLE, with the details only in the log), and the request-body reader."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from es_provider.errors import ErrorCode, KnowledgeError
+from es_provider.protocols.body import check_content_type, parse_object, read_body
+from es_provider.service import Services
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+ErrorRenderer = Callable[[KnowledgeError], web.Response]
+
+
+def guarded(render: ErrorRenderer, log: logging.Logger) -> Callable[[Handler], Handler]:
+    def decorate(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        async def wrapper(request: web.Request) -> web.Response:
+            try:
+                return await handler(request)
+            except KnowledgeError as exc:
+                if exc.detail:
+                    log.info("refused %s: %s (%s)", request.path, exc.code.value, exc.detail)
+                return render(exc)
+            except Exception:
+                log.exception("unexpected failure on %s", request.path)
+                return render(KnowledgeError(ErrorCode.UNAVAILABLE))
+
+        return wrapper
+
+    return decorate
+
+
+async def read_json(request: web.Request, services: Services) -> dict[str, Any]:
+    check_content_type(request)
+    return parse_object(await read_body(request, services.settings.server.max_body_bytes))
+
+
+def field_names(errors: list[Any]) -> str:
+    """Pydantic error locations as a short, value-free list for an error message."""
+    return ", ".join(sorted({".".join(str(p) for p in e["loc"]) or "(body)" for e in errors}))

@@ -1,0 +1,131 @@
+"""Dify External Knowledge API: `POST /retrieval` (and `//retrieval`, as Dify sends it for an endpoint registered
+with a trailing slash), read from Dify's own client (CONTRACT §11)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Annotated, Any
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from es_provider import acl, auth, metadata
+from es_provider.deadline import fixed_budget
+from es_provider.domain import Chunk, Retrieval
+from es_provider.errors import ErrorCode, KnowledgeError, protocol_error
+from es_provider.protocols.common import field_names, guarded, read_json
+from es_provider.service import SERVICES
+
+log = logging.getLogger("es_provider.dify")
+
+MAX_TOP_K = 100
+
+
+class _Lenient(BaseModel):
+    # Dify adds fields over time: unknown ones are ignored here; known ones are typed strictly.
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
+
+
+class RetrievalSetting(_Lenient):
+    top_k: Annotated[int, Field(ge=1)] | None = None
+    score_threshold: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+
+
+class MetadataCondition(_Lenient):
+    logical_operator: str | None = None
+    conditions: list[Any] | None = None
+
+
+class RetrievalRequest(_Lenient):
+    knowledge_id: Annotated[str, Field(max_length=128)]
+    query: str
+    retrieval_setting: RetrievalSetting
+    metadata_condition: MetadataCondition | None = None
+
+
+class DifyError(KnowledgeError):
+    """A refusal with one of Dify's documented numeric codes."""
+
+    def __init__(self, dify_code: int, status: int, message: str, code: ErrorCode) -> None:
+        super().__init__(code, status=status, safe_message=message)
+        self.dify_code = dify_code
+
+
+def malformed_authorization() -> DifyError:
+    return DifyError(1001, 403, "Invalid Authorization header format. Expected 'Bearer <api-key>'.",
+                     ErrorCode.ACCESS_DENIED)
+
+
+def authorization_failed() -> DifyError:
+    return DifyError(1002, 403, "Authorization failed.", ErrorCode.ACCESS_DENIED)
+
+
+def unknown_knowledge() -> DifyError:
+    return DifyError(2001, 404, "The knowledge does not exist.", ErrorCode.ACCESS_DENIED)
+
+
+def error_response(error: KnowledgeError) -> web.Response:
+    code: int | str = error.dify_code if isinstance(error, DifyError) else error.code.value
+    return web.Response(
+        status=error.status,
+        body=orjson.dumps({"error_code": code, "error_msg": error.safe_message}),
+        content_type="application/json",
+    )
+
+
+def render_record(chunk: Chunk) -> dict[str, Any]:
+    meta: dict[str, Any] = dict(chunk.metadata)
+    # Ours last, so stored metadata cannot pose as another document or chunk.
+    meta.update({"document_id": chunk.document_id, "chunk_id": chunk.chunk_id, "knowledge_id": chunk.knowledge_id})
+    for key in ("page", "uri", "locator"):
+        if chunk.source.get(key) is not None:
+            meta[key] = chunk.source[key]
+    record: dict[str, Any] = {"content": chunk.content, "title": chunk.title or chunk.document_id, "metadata": meta}
+    if chunk.score is not None:
+        record["score"] = chunk.score
+    return record
+
+
+@guarded(error_response, log)
+async def retrieval(request: web.Request) -> web.Response:
+    services = request.app[SERVICES]
+    token = auth.bearer_token(request.headers.get("Authorization"))
+    if token is None:
+        raise malformed_authorization()
+    key = auth.api_key_for(services.credentials, token)
+    if key is None:
+        raise authorization_failed()
+    data = await read_json(request, services)
+    try:
+        req = RetrievalRequest.model_validate(data)
+    except ValidationError as exc:
+        raise protocol_error(f"invalid fields: {field_names(exc.errors())}") from None
+    if not req.query:
+        # Dify's registration check sends an empty query with the real key: nothing matches it.
+        return web.Response(body=b'{"records":[]}', content_type="application/json")
+    kb = services.settings.knowledge_base(req.knowledge_id)
+    if kb is None or kb.id not in key.knowledge:
+        raise unknown_knowledge()
+    condition = req.metadata_condition
+    try:
+        conditions = metadata.parse(condition.logical_operator, condition.conditions) if condition else None
+    except metadata.ConditionError as exc:
+        raise protocol_error(str(exc)) from None
+    setting = req.retrieval_setting
+    retrieval_request = Retrieval(
+        knowledge=(kb,),
+        query=req.query,
+        identity=auth.api_key_identity(services.settings, key),
+        filters=acl.ordered(kb.mandatory_filters),
+        top_k=min(setting.top_k or kb.top_k, MAX_TOP_K),
+        score_threshold=setting.score_threshold,
+        metadata=conditions,
+    )
+    budget = fixed_budget(services.settings.server.default_budget_ms, now_monotonic=time.monotonic())
+    result = await services.retriever.retrieve(retrieval_request, budget)
+    if result.dropped:
+        log.warning("permission re-check dropped %d hit(s)", result.dropped)
+    body = {"records": [render_record(c) for c in result.chunks]}
+    return web.Response(body=orjson.dumps(body), content_type="application/json")

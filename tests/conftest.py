@@ -122,7 +122,7 @@ async def kb(engine: Engine) -> AsyncIterator[KnowledgeBase]:
 
 SAMPLE_CORPUS = ROOT / "examples" / "sample-corpus.jsonl"
 CALLBACK_SECRET = "test-callback-secret-0123456789"
-TEST_ENV = {"TEST_CALLBACK_KEY": CALLBACK_SECRET, "TEST_API_KEY": "test-api-key-0123456789"}
+TEST_ENV = {"TEST_CALLBACK_KEY": CALLBACK_SECRET, "TEST_API_KEY": "test-api-key-0123456789", "OTHER_API_KEY": "other-api-key-0123456789"}
 PRINCIPALS = {"u-alice": ["eng"], "u-bob": ["sales"], "u-carol": ["eng", "ops"]}
 
 
@@ -168,3 +168,21 @@ async def proxy(opensearch: OpenSearchNode) -> AsyncIterator[Any]:
     running = await EngineProxy(opensearch.url).start()
     yield running
     await running.close()
+
+
+API_KEY = "test-api-key-0123456789"
+
+
+def api_key(kb_ids: list[str], *, ref: str = "TEST_API_KEY", tenants: list[str] | None = None,
+            subject: str | None = "u-alice", subjects: list[str] | None = None,
+            groups: list[str] | None = None) -> dict[str, Any]:
+    """An [[api_keys]] entry (as a dict for settings_for)."""
+    entry: dict[str, Any] = {"key_ref": ref, "app": "app-1", "tenants": tenants if tenants is not None else ["team-a"],
+                             "groups": groups or [], "subjects": subjects or [], "knowledge": kb_ids}
+    if subject is not None:
+        entry["subject"] = subject
+    return entry
+
+
+def bearer(token: str = API_KEY) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}

@@ -69,3 +69,39 @@ def test_idempotency_cache() -> None:
         cache.get(key, b"other", 59)
     assert caught.value.code is ErrorCode.REQUEST_REJECTED and caught.value.status == 422
     assert cache.get(key, b"f", 61) is None
+
+
+def key_settings():
+    from es_provider.config import Settings
+
+    return Settings.model_validate({"principals": {"u-bob": ["sales"], "svc": ["robots"]}, "api_keys": [
+        {"key_ref": "K", "app": "app-1", "tenants": ["t1", "t2"], "subject": "svc", "groups": ["g"],
+         "subjects": ["u-bob"]}]}, strict=False)
+
+
+@pytest.mark.parametrize(
+    ("tenant", "subject", "tenants", "acting", "groups"),
+    [
+        (None, None, {"t1", "t2"}, "svc", {"g", "robots"}),
+        ("t1", None, {"t1"}, "svc", {"g", "robots"}),
+        ("", None, set(), "svc", {"g", "robots"}),
+        (None, "u-bob", {"t1", "t2"}, "u-bob", {"g", "sales"}),
+        (None, "svc", {"t1", "t2"}, "svc", {"g", "robots"}),
+    ],
+)
+def test_api_key_identity_narrows(tenant, subject, tenants, acting, groups) -> None:
+    from es_provider.auth import api_key_identity
+
+    settings = key_settings()
+    identity = api_key_identity(settings, settings.api_keys[0], tenant_id=tenant, subject_id=subject)
+    assert (set(identity.tenants), identity.subject_id, set(identity.groups)) == (tenants, acting, groups)
+
+
+@pytest.mark.parametrize(("tenant", "subject"), [("t3", None), (None, "u-alice"), (None, "*")])
+def test_api_key_identity_never_widens(tenant, subject) -> None:
+    from es_provider.auth import api_key_identity
+
+    settings = key_settings()
+    with pytest.raises(KnowledgeError) as caught:
+        api_key_identity(settings, settings.api_keys[0], tenant_id=tenant, subject_id=subject)
+    assert caught.value.status == 403

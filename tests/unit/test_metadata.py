@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import pytest
+
+from es_provider.metadata import MATCH_ALL, MATCH_NONE, Condition, ConditionError, parse, translate_one
+
+TYPES = {"category": "keyword", "year": "double", "flag": "boolean", "when": "date"}
+
+
+@pytest.mark.parametrize(
+    ("name", "op", "value", "clause"),
+    [
+        ("category", "contains", "a*b", {"wildcard": {"metadata.category": {"value": "*a\\*b*"}}}),
+        ("category", "start with", "sp", {"prefix": {"metadata.category": "sp"}}),
+        ("category", "end with", "c?", {"wildcard": {"metadata.category": {"value": "*c\\?"}}}),
+        ("category", "is", "spec", {"term": {"metadata.category": "spec"}}),
+        ("category", "is", 5.0, {"term": {"metadata.category": "5"}}),
+        ("year", "is", "2025", {"term": {"metadata.year": 2025.0}}),
+        ("year", "is", "abc", MATCH_NONE),
+        ("flag", "is", "TRUE", {"term": {"metadata.flag": True}}),
+        ("year", "=", 2025.0, {"term": {"metadata.year": 2025.0}}),
+        ("year", ">", 1.0, {"range": {"metadata.year": {"gt": 1.0}}}),
+        ("year", "≤", 1.0, {"range": {"metadata.year": {"lte": 1.0}}}),
+        ("year", "before", 10.0, {"range": {"metadata.year": {"lt": 10.0}}}),
+        ("when", "after", 10.0, {"range": {"metadata.when": {"gt": 10, "format": "epoch_second"}}}),
+        ("when", ">", 10.0, MATCH_NONE),
+        ("category", ">", 1.0, MATCH_NONE),
+        ("year", "contains", "2", MATCH_NONE),
+        ("category", "in", ("a", "b"), {"terms": {"metadata.category": ["a", "b"]}}),
+        ("year", "in", ("1", "x"), {"terms": {"metadata.year": [1.0]}}),
+        ("year", "in", ("x",), MATCH_NONE),
+        ("missing", "is", "x", MATCH_NONE),
+        ("missing", "not empty", None, MATCH_NONE),
+        ("missing", "is not", "x", MATCH_NONE),
+        ("missing", "empty", None, MATCH_ALL),
+        ("year", "not empty", None, {"bool": {"filter": [{"exists": {"field": "metadata.year"}}], "must_not": []}}),
+        ("category", "is not", "x", {"bool": {"filter": [{"exists": {"field": "metadata.category"}}],
+                                              "must_not": [{"term": {"metadata.category": "x"}}]}}),
+        ("category", "empty", None, {"bool": {"should": [
+            {"bool": {"must_not": [{"exists": {"field": "metadata.category"}}]}},
+            {"term": {"metadata.category": ""}}], "minimum_should_match": 1}}),
+    ],
+)
+def test_translate_one(name: str, op: str, value: object, clause: dict) -> None:
+    assert translate_one(Condition(name, op, value), TYPES) == clause
+
+
+@pytest.mark.parametrize(
+    ("conditions", "error"),
+    [
+        ([{"name": "a", "comparison_operator": "like", "value": "x"}], "'like' is not supported"),
+        ([{"name": "a", "comparison_operator": ">", "value": "x"}], "number"),
+        ([{"name": "a", "comparison_operator": ">", "value": float("inf")}], "finite"),
+        ([{"name": "", "comparison_operator": "is", "value": "x"}], "name"),
+        ([{"name": "a*", "comparison_operator": "is", "value": "x"}], "name"),
+        ([{"name": ".a", "comparison_operator": "is", "value": "x"}], "name"),
+        (["not an object"], "object"),
+        ([{"name": "a", "comparison_operator": "is", "value": "x"}] * 101, "more than 100"),
+    ],
+)
+def test_parse_refuses(conditions: list, error: str) -> None:
+    with pytest.raises(ConditionError, match=error):
+        parse("and", conditions)
+
+
+def test_parse_normalises() -> None:
+    parsed = parse(None, [{"name": "tags", "comparison_operator": "in", "value": "a, b,,c"},
+                          {"name": "n", "comparison_operator": "≥", "value": "3"}])
+    assert parsed is not None and parsed.logical_operator == "and"
+    assert [c.value for c in parsed.conditions] == [("a", "b", "c"), 3.0]
+    assert parse("or", None) is None and parse(None, []) is None

@@ -71,3 +71,78 @@ async def describe(engine: Engine, kb: KnowledgeBase) -> dict[str, Any]:
         "indices": [f"{kb.alias}-v{v}" for v in await versions(engine, kb)],
         "active": await engine.alias_targets(kb.alias),
     }
+
+
+# Grant adds, revoke removes; `public` (when given) sets the flag. Chunks with a single-string field are mended.
+_ACL_SCRIPT = """
+if (ctx._source.acl == null) { ctx._source.acl = new HashMap(); }
+def acl = ctx._source.acl;
+for (def name : ['subjects', 'groups']) {
+  def current = acl[name];
+  if (current == null) { acl[name] = new ArrayList(); }
+  else if (!(current instanceof List)) { def list = new ArrayList(); list.add(current); acl[name] = list; }
+}
+for (def name : ['subjects', 'groups']) {
+  def list = acl[name];
+  for (def v : params[name]) {
+    if (params.grant) { if (!list.contains(v)) { list.add(v); } } else { list.removeIf(x -> x == v); }
+  }
+}
+if (params.public != null) { acl.public = params.public; }
+if (acl.public == null) { acl.public = false; }
+"""
+
+
+async def set_acl(
+    engine: Engine,
+    kb: KnowledgeBase,
+    document_id: str,
+    *,
+    grant: bool,
+    subjects: list[str],
+    groups: list[str],
+    public: bool | None,
+) -> int:
+    """Changes the ACL of every chunk of a document; returns only once the change is searchable."""
+    script = {
+        "source": _ACL_SCRIPT,
+        "lang": "painless",
+        "params": {"grant": grant, "subjects": subjects, "groups": groups, "public": public},
+    }
+    query = {"term": {"document_id": document_id}}
+    for _ in range(5):
+        response = await engine.update_by_query(kb.alias, query, script)
+        if not response.get("version_conflicts"):
+            return int(response.get("updated", 0))
+    raise AdminError(f"document {document_id}: chunks kept changing under the ACL update; try again")
+
+
+async def delete_document(engine: Engine, kb: KnowledgeBase, document_id: str) -> int:
+    return await engine.delete_by_query(kb.alias, {"term": {"document_id": document_id}}, refresh=True)
+
+
+async def reindex(engine: Engine, kb: KnowledgeBase, body: dict[str, Any], *, delete_old: bool = False) -> str:
+    """Builds `<alias>-v<N+1>` from the current index, then moves the alias to it in one atomic action.
+
+    Queries keep running throughout: until the swap they read the old index, after it the new one. The old
+    index is kept unless `delete_old` (then it is deleted after the swap)."""
+    current = await engine.alias_targets(kb.alias)
+    if not current:
+        raise AdminError(f"knowledge base {kb.id} does not exist (no alias {kb.alias})")
+    existing = await versions(engine, kb)
+    index = f"{kb.alias}-v{(existing[-1] if existing else 0) + 1}"
+    await engine.create_index(index, body)
+    try:
+        result = await engine.reindex(kb.alias, index)
+        if result.get("failures"):
+            raise AdminError(f"reindex into {index} reported {len(result['failures'])} failure(s)")
+    except BaseException:
+        await engine.delete_index(index)
+        raise
+    actions: list[dict[str, Any]] = [{"remove": {"index": old, "alias": kb.alias}} for old in current]
+    actions.append({"add": {"index": index, "alias": kb.alias, "is_write_index": True}})
+    await engine.update_aliases(actions)
+    if delete_old:
+        for old in current:
+            await engine.delete_index(old)
+    return index

@@ -69,34 +69,86 @@ def cmd_kb(args: argparse.Namespace, settings: Settings) -> int:
             dropped = await admin.drop(engine, kb)
             print(f"knowledge base {kb.id}: dropped {', '.join(dropped) or 'nothing'}")
             return 0
-        return _fail(f"kb {args.kb_command}: not implemented", EXIT_USAGE)
+        body = admin.load_index_body(Path(args.mappings), replicas=args.replicas)
+        index = await admin.reindex(engine, kb, body, delete_old=args.delete_old)
+        print(f"knowledge base {kb.id}: alias {kb.alias} → {index}")
+        return 0
 
     return asyncio.run(_with_engine(settings, work))
 
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
-    from es_provider.ingest.records import DocumentRecord, RecordError, read_jsonl
+    from es_provider.ingest.sources import FileDefaults, collect
     from es_provider.ingest.writer import ingest
 
     kb = _kb(settings, args.kb)
-
-    def records() -> Any:
-        for name in args.paths:
-            path = Path(name)
-            files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-            for file in files:
-                if file.suffix.lower() == ".jsonl":
-                    yield from read_jsonl(file)
-                else:
-                    yield RecordError(str(file), "unsupported file type (this build reads .jsonl records)")
+    metadata: dict[str, Any] = {}
+    for pair in args.metadata:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            return _fail(f"--metadata expects KEY=VALUE, got {pair!r}", EXIT_USAGE)
+        metadata[name] = value
+    defaults = FileDefaults(tenant_id=args.tenant, subjects=tuple(args.subjects), groups=tuple(args.groups),
+                            public=args.public, metadata=metadata)
+    documents = collect(args.paths, defaults)
+    body = admin.load_index_body(Path(args.mappings))
+    interval = str(body.get("settings", {}).get("index", {}).get("refresh_interval", "1s"))
 
     async def work(engine: Engine) -> int:
-        items: list[DocumentRecord | RecordError] = list(records())
-        summary = await ingest(engine, kb, items, chunk_size=args.chunk_size, overlap=args.overlap)
+        bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(documents), unit="doc", file=sys.stderr, dynamic_ncols=True)
+        chunks = 0
+
+        def progress(docs: int, new_chunks: int) -> None:
+            nonlocal chunks
+            chunks += new_chunks
+            if bar is not None:
+                bar.update(docs)
+                bar.set_postfix(chunks=chunks, refresh=False)
+
+        try:
+            summary = await ingest(engine, kb, documents, chunk_size=args.chunk_size, overlap=args.overlap,
+                                   concurrency=args.concurrency, refresh_interval=interval, progress=progress)
+        finally:
+            if bar is not None:
+                bar.close()
         for failure in summary.failures:
             print(f"failed: {failure}", file=sys.stderr)
         print(summary.line())
         return EXIT_FAILED if summary.failures else 0
+
+    return asyncio.run(_with_engine(settings, work))
+
+
+def cmd_acl(args: argparse.Namespace, settings: Settings) -> int:
+    kb = _kb(settings, args.kb)
+    if not (args.subjects or args.groups or args.public):
+        return _fail("nothing to change: give --subjects, --groups or --public", EXIT_USAGE)
+
+    async def work(engine: Engine) -> int:
+        grant = args.acl_command == "grant"
+        changed = await admin.set_acl(engine, kb, args.document, grant=grant, subjects=args.subjects,
+                                      groups=args.groups, public=(grant if args.public else None))
+        if changed == 0:
+            return _fail(f"document {args.document} has no chunks in {kb.id}")
+        print(f"{args.acl_command}: {changed} chunk(s) of {args.document} updated (searchable now)")
+        return 0
+
+    return asyncio.run(_with_engine(settings, work))
+
+
+def cmd_delete(args: argparse.Namespace, settings: Settings) -> int:
+    kb = _kb(settings, args.kb)
+
+    async def work(engine: Engine) -> int:
+        deleted = await admin.delete_document(engine, kb, args.document)
+        if deleted == 0:
+            return _fail(f"document {args.document} has no chunks in {kb.id}")
+        print(f"deleted {deleted} chunk(s) of {args.document}")
+        return 0
 
     return asyncio.run(_with_engine(settings, work))
 
@@ -112,8 +164,9 @@ def cmd_manifest(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_not_implemented(args: argparse.Namespace, _: Settings) -> int:
-    return _fail(f"{args.command}: not implemented", EXIT_USAGE)
+def _names(value: str) -> list[str]:
+    """One option value as a list: `--groups eng,ops` (repeat the option to add more)."""
+    return [name.strip() for name in value.split(",") if name.strip()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,12 +190,22 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--mappings", default=str(admin.DEFAULT_MAPPINGS))
         p.add_argument("--replicas", type=int, default=None)
         p.add_argument("--exist-ok", action="store_true", help="create: succeed if it already exists")
+        p.add_argument("--delete-old", action="store_true", help="reindex: delete the previous index after the swap")
         p.set_defaults(run=cmd_kb)
 
     ingest = with_config(sub.add_parser("ingest", help="index documents"))
     ingest.add_argument("--kb", required=True)
-    ingest.add_argument("--chunk-size", type=int, default=1000)
-    ingest.add_argument("--overlap", type=int, default=100)
+    ingest.add_argument("--chunk-size", type=int, default=1000, help="characters per chunk (max 16384)")
+    ingest.add_argument("--overlap", type=int, default=100, help="characters carried into the next chunk")
+    ingest.add_argument("--concurrency", type=int, default=2, help="bulk requests in flight")
+    ingest.add_argument("--tenant", default=None, help="files: tenant id (none: application-shared)")
+    ingest.add_argument("--subjects", type=_names, action="extend", default=[],
+                        help="files: subjects that may read them (comma-separated)")
+    ingest.add_argument("--groups", type=_names, action="extend", default=[],
+                        help="files: groups that may read them (comma-separated)")
+    ingest.add_argument("--public", action="store_true", help="files: readable by every subject of the tenant")
+    ingest.add_argument("--metadata", action="append", default=[], help="files: KEY=VALUE metadata (repeatable)")
+    ingest.add_argument("--mappings", default=str(admin.DEFAULT_MAPPINGS))
     ingest.add_argument("paths", nargs="+")
     ingest.set_defaults(run=cmd_ingest)
 
@@ -152,15 +215,15 @@ def build_parser() -> argparse.ArgumentParser:
         p = with_config(acl_sub.add_parser(name))
         p.add_argument("--kb", required=True)
         p.add_argument("--document", required=True)
-        p.add_argument("--subjects", nargs="*", default=[])
-        p.add_argument("--groups", nargs="*", default=[])
-        p.add_argument("--public", action="store_true")
-        p.set_defaults(run=cmd_not_implemented)
+        p.add_argument("--subjects", type=_names, action="extend", default=[], help="comma-separated")
+        p.add_argument("--groups", type=_names, action="extend", default=[], help="comma-separated")
+        p.add_argument("--public", action="store_true", help="grant: make public; revoke: make not public")
+        p.set_defaults(run=cmd_acl)
 
     delete = with_config(sub.add_parser("delete", help="delete a document"))
     delete.add_argument("--kb", required=True)
     delete.add_argument("--document", required=True)
-    delete.set_defaults(run=cmd_not_implemented)
+    delete.set_defaults(run=cmd_delete)
 
     manifest = with_config(sub.add_parser("manifest", help="print the SparkTide REMOTE registration JSON"))
     manifest.add_argument("--kb", required=True)
@@ -173,8 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    # opensearch-py logs every request at INFO: too much on the hot path.
-    logging.getLogger("opensearch").setLevel(logging.WARNING)
+    # opensearch-py logs every request at INFO and every failed one with a traceback at WARNING; engine.py
+    # already turns failures into one domain error with the detail, so only its errors are kept.
+    logging.getLogger("opensearch").setLevel(logging.ERROR)
     try:
         settings = load_settings(args.config)
         result: int = args.run(args, settings)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -218,8 +218,42 @@ class Engine:
 
         return await self._call(None, run)
 
+    async def update_by_query(self, index: str, query: dict[str, Any], script: dict[str, Any]) -> dict[str, Any]:
+        """Runs `script` on every match and refreshes, so the change is searchable when this returns."""
+
+        async def run(left: float) -> dict[str, Any]:
+            response: dict[str, Any] = await self._client.update_by_query(
+                index=index, body={"query": query, "script": script}, refresh=True, conflicts="proceed",
+                request_timeout=left,
+            )
+            return response
+
+        return await self._call(None, run, retry=False)
+
+    async def reindex(self, source: str, dest: str) -> dict[str, Any]:
+        async def run(left: float) -> dict[str, Any]:
+            response: dict[str, Any] = await self._client.reindex(
+                body={"source": {"index": source}, "dest": {"index": dest}},
+                refresh=True, wait_for_completion=True, request_timeout=left,
+            )
+            return response
+
+        return await self._call(None, run, retry=False)
+
+    async def count(self, index: str, query: dict[str, Any] | None = None) -> int:
+        async def run(left: float) -> int:
+            body = {"query": query} if query else None
+            response = await self._client.count(index=index, body=body, request_timeout=left)
+            return int(response["count"])
+
+        return await self._call(None, run)
+
     async def bulk(
-        self, actions: Iterable[dict[str, Any]], *, chunk_size: int = 500, max_chunk_bytes: int = 5 * 1024 * 1024
+        self,
+        actions: AsyncIterable[dict[str, Any]] | Iterable[dict[str, Any]],
+        *,
+        chunk_size: int = 500,
+        max_chunk_bytes: int = 5 * 1024 * 1024,
     ) -> AsyncIterator[tuple[bool, dict[str, Any]]]:
         """Streams per-action outcomes; failures are yielded (never raised away) so the caller can report them."""
         async for ok, item in async_streaming_bulk(

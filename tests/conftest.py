@@ -186,3 +186,13 @@ def api_key(kb_ids: list[str], *, ref: str = "TEST_API_KEY", tenants: list[str] 
 
 def bearer(token: str = API_KEY) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+
+async def load_records(engine: Engine, kb: KnowledgeBase, records: list[dict[str, Any]]) -> Any:
+    """Ingests JSON Lines-shaped records through the real writer; fails the test on any failure."""
+    from es_provider.ingest.records import DocumentRecord, SourceDocument
+    from es_provider.ingest.writer import ingest
+
+    summary = await ingest(engine, kb, [SourceDocument.of(DocumentRecord.model_validate(r)) for r in records])
+    assert summary.failures == [], summary.failures
+    return summary

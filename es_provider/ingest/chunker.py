@@ -18,7 +18,14 @@ _ID_OK = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 class TextChunk:
     text: str
     page: int | None
-    paragraph: int  # 1-based paragraph (of the page) where the chunk starts
+    paragraph: int  # 1-based paragraph (of the page or section) where the chunk starts
+    heading: str | None = None
+
+    @property
+    def locator(self) -> str:
+        """Where the chunk starts, for a citation: `p.3 §2`, `Safety > Fire safety §1`, or `§4`."""
+        where = f"p.{self.page}" if self.page is not None else self.heading
+        return f"{where} §{self.paragraph}" if where else f"§{self.paragraph}"
 
 
 def _sentences(paragraph: str) -> list[str]:
@@ -37,7 +44,9 @@ def _hard_split(sentence: str, size: int) -> list[str]:
     return [sentence[i : i + size] for i in range(0, len(sentence), size)]
 
 
-def split_text(text: str, *, size: int = 1000, overlap: int = 100, page: int | None = None) -> list[TextChunk]:
+def split_text(
+    text: str, *, size: int = 1000, overlap: int = 100, page: int | None = None, heading: str | None = None
+) -> list[TextChunk]:
     size = max(1, min(size, CONTENT_LIMIT))
     overlap = max(0, min(overlap, size // 2))
     pieces: list[tuple[str, int]] = []  # (sentence, paragraph number)
@@ -50,7 +59,7 @@ def split_text(text: str, *, size: int = 1000, overlap: int = 100, page: int | N
     for piece, number in pieces:
         joiner = 1 if current else 0
         if current and length + joiner + len(piece) > size:
-            chunks.append(TextChunk(_join(current), page, current[0][1]))
+            chunks.append(TextChunk(_join(current), page, current[0][1], heading))
             # Carry trailing sentences (up to `overlap` characters) into the next chunk for context.
             carried: list[tuple[str, int]] = []
             carried_len = 0
@@ -65,7 +74,7 @@ def split_text(text: str, *, size: int = 1000, overlap: int = 100, page: int | N
         current.append((piece, number))
         length += joiner + len(piece)
     if current:
-        chunks.append(TextChunk(_join(current), page, current[0][1]))
+        chunks.append(TextChunk(_join(current), page, current[0][1], heading))
     return chunks
 
 

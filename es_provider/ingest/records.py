@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -55,6 +56,27 @@ class DocumentRecord(BaseModel):
         return self.source.version or "1"
 
 
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A stretch of a document that no chunk crosses: a PDF page, a heading's section, or the whole text."""
+
+    text: str
+    page: int | None = None
+    heading: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceDocument:
+    record: DocumentRecord
+    sections: tuple[Section, ...]
+
+    @classmethod
+    def of(cls, record: DocumentRecord) -> SourceDocument:
+        if record.pages is not None:
+            return cls(record, tuple(Section(text=p.content, page=p.page) for p in record.pages))
+        return cls(record, (Section(text=record.content or ""),))
+
+
 class RecordError(ValueError):
     def __init__(self, where: str, reason: str) -> None:
         super().__init__(f"{where}: {reason}")
@@ -74,12 +96,12 @@ def parse_record(line: bytes | str, where: str) -> DocumentRecord:
         raise RecordError(where, f"invalid fields: {', '.join(fields)}") from None
 
 
-def read_jsonl(path: Path) -> Iterator[DocumentRecord | RecordError]:
+def read_jsonl(path: Path) -> Iterator[SourceDocument | RecordError]:
     """Records of a JSON Lines file; a bad line is yielded as a RecordError (reported, never silently skipped)."""
     with path.open("rb") as handle:
         for number, line in enumerate(handle, start=1):
             if line.strip():
                 try:
-                    yield parse_record(line, f"{path}:{number}")
+                    yield SourceDocument.of(parse_record(line, f"{path}:{number}"))
                 except RecordError as exc:
                     yield exc

@@ -1,48 +1,75 @@
-"""Records → chunk documents → async bulk into the knowledge base's alias; stale chunks of each re-ingested
-document are deleted after its new chunks are written, so a document never disappears mid-update."""
+"""Documents → chunk documents → the knowledge base's index, fast and idempotent.
+
+- Chunk ids derive from (document id, version, position), so writing a document again overwrites its chunks.
+- `concurrency` workers each stream byte-sized bulk requests (opensearch-py's async helper, which also retries
+  rejected (429) items with backoff) from one bounded queue: the reader waits when OpenSearch is slower.
+- Large loads switch refresh off and restore the configured interval afterwards (also after a failure).
+- Actions that failed transiently (429, 5xx, connection) are retried in passes with tenacity; what still fails
+  is reported per document, never dropped silently.
+- Only after a document's new chunks are all written are its stale chunks (a shorter new version) deleted, so a
+  killed ingest leaves old or new chunks, and running it again converges on exactly the clean result.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Iterator
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from tenacity import AsyncRetrying, RetryError, retry_if_result, stop_after_attempt, wait_exponential
 
 from es_provider.config import KnowledgeBase
 from es_provider.engine import Engine
 from es_provider.ingest.chunker import chunk_id, split_text
-from es_provider.ingest.records import DocumentRecord, RecordError
+from es_provider.ingest.records import RecordError, SourceDocument
+
+LARGE_LOAD_DOCUMENTS = 500
+_TRANSIENT = frozenset({429, 500, 502, 503, 504})
+_DONE = object()
+
+Progress = Callable[[int, int], None]  # (documents finished, chunks written) since the last call
 
 
 @dataclass
 class Summary:
     documents: int = 0
     chunks: int = 0
+    deleted_stale: int = 0
+    seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
 
     def line(self) -> str:
-        return f"ingested {self.documents} documents, {self.chunks} chunks, {len(self.failures)} failed"
+        rate = self.chunks / self.seconds if self.seconds > 0 else 0.0
+        return (
+            f"ingested {self.documents} documents, {self.chunks} chunks in {self.seconds:.1f} s "
+            f"({rate:.0f} chunks/s), {self.deleted_stale} stale chunks removed, {len(self.failures)} failed"
+        )
 
 
-def chunk_documents(record: DocumentRecord, *, size: int, overlap: int) -> list[dict[str, Any]]:
-    """Pure: one record → its chunk documents, in order."""
-    if record.pages is not None:
-        texts = [c for p in record.pages for c in split_text(p.content, size=size, overlap=overlap, page=p.page)]
-    else:
-        texts = split_text(record.content or "", size=size, overlap=overlap)
+def chunk_documents(doc: SourceDocument, *, size: int, overlap: int) -> list[dict[str, Any]]:
+    """Pure: one document → its chunk documents, in order. No chunk crosses a page or section."""
+    record = doc.record
+    texts = [
+        chunk
+        for section in doc.sections
+        for chunk in split_text(section.text, size=size, overlap=overlap, page=section.page, heading=section.heading)
+    ]
     docs = []
     for position, text in enumerate(texts):
-        locator = f"p.{text.page} §{text.paragraph}" if text.page is not None else f"§{text.paragraph}"
         source: dict[str, Any] = {
             "type": record.source.type,
             "id": record.source.id or record.document_id[:128],
             "version": record.version,
-            "locator": locator,
+            "locator": text.locator[:512],
         }
         if text.page is not None:
             source["page"] = text.page
         if record.source.uri:
             source["uri"] = record.source.uri
-        doc: dict[str, Any] = {
+        chunk: dict[str, Any] = {
             "chunk_id": chunk_id(record.document_id, record.version, position),
             "document_id": record.document_id,
             "version": record.version,
@@ -54,69 +81,162 @@ def chunk_documents(record: DocumentRecord, *, size: int, overlap: int) -> list[
             "metadata": record.metadata,
         }
         if record.tenant_id:
-            doc["tenant_id"] = record.tenant_id
-        docs.append(doc)
+            chunk["tenant_id"] = record.tenant_id
+        docs.append(chunk)
     return docs
 
 
-def _batches(items: Iterable[DocumentRecord | RecordError], size: int) -> Iterator[list[DocumentRecord | RecordError]]:
-    batch: list[DocumentRecord | RecordError] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+def _action(index: str, chunk: dict[str, Any]) -> dict[str, Any]:
+    return {"_op_type": "index", "_index": index, "_id": chunk["chunk_id"], "_source": chunk}
 
 
-async def _actions(index: str, docs: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
-    for doc in docs:
-        yield {"_op_type": "index", "_index": index, "_id": doc["chunk_id"], "_source": doc}
+class _Run:
+    """State of one ingest: which chunks each document has, and which actions failed how."""
+
+    def __init__(self, index: str) -> None:
+        self.index = index
+        self.chunks_of: dict[str, list[str]] = {}
+        self.document_of: dict[str, str] = {}
+        self.failed: dict[str, tuple[int | str, str]] = {}  # chunk id → (status, reason)
+        self.written = 0
+
+    def record_result(self, ok: bool, item: dict[str, Any]) -> None:
+        info = next(iter(item.values()))
+        chunk = str(info.get("_id", ""))
+        if ok:
+            self.failed.pop(chunk, None)
+            self.written += 1
+            return
+        error = info.get("error")
+        reason = error.get("type", "error") if isinstance(error, dict) else str(error or "failed")
+        self.failed[chunk] = (info.get("status", "N/A"), str(reason)[:200])
+
+
+async def _workers(
+    engine: Engine, run: _Run, actions: AsyncIterator[dict[str, Any]], concurrency: int, max_bytes: int
+) -> None:
+    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=concurrency * 500)
+
+    async def produce() -> None:
+        async for action in actions:
+            await queue.put(action)
+        for _ in range(concurrency):
+            await queue.put(_DONE)
+
+    async def drain() -> AsyncIterator[dict[str, Any]]:
+        while (action := await queue.get()) is not _DONE:
+            yield action
+
+    async def work() -> None:
+        async for ok, item in engine.bulk(drain(), max_chunk_bytes=max_bytes):
+            run.record_result(ok, item)
+
+    await asyncio.gather(produce(), *(work() for _ in range(concurrency)))
 
 
 async def ingest(
     engine: Engine,
     kb: KnowledgeBase,
-    records: Iterable[DocumentRecord | RecordError],
+    documents: Sequence[SourceDocument | RecordError],
     *,
     chunk_size: int = 1000,
     overlap: int = 100,
-    documents_per_batch: int = 200,
-    refresh: bool = True,
+    concurrency: int = 2,
+    max_bytes: int = 5 * 1024 * 1024,
+    refresh_interval: str = "1s",
+    progress: Progress | None = None,
+    retry_passes: int = 3,
 ) -> Summary:
+    started = time.monotonic()
     summary = Summary()
-    for batch in _batches(records, documents_per_batch):
-        docs: list[dict[str, Any]] = []
-        records_in_batch: list[DocumentRecord] = []
-        for item in batch:
-            if isinstance(item, RecordError):
-                summary.failures.append(str(item))
-                continue
-            records_in_batch.append(item)
-            docs.extend(chunk_documents(item, size=chunk_size, overlap=overlap))
-        failed_docs: set[str] = set()
-        async with engine.translated():
-            async for ok, result in engine.bulk(_actions(kb.alias, docs)):  # type: ignore[arg-type]
-                if not ok:
-                    info = next(iter(result.values()))
-                    failed_docs.add(str(info.get("_id", "?")))
-                    summary.failures.append(f"chunk {info.get('_id')}: {info.get('error', info.get('status'))}")
-        written = [d for d in docs if d["chunk_id"] not in failed_docs]
-        summary.chunks += len(written)
-        summary.documents += len(records_in_batch)
-        if records_in_batch:
-            # Remove chunks of these documents that the new version no longer has (a document got shorter).
-            await engine.delete_by_query(
-                kb.alias,
-                {
-                    "bool": {
-                        "filter": [{"terms": {"document_id": [r.document_id for r in records_in_batch]}}],
-                        "must_not": [{"ids": {"values": [d["chunk_id"] for d in docs]}}],
-                    }
-                },
-                refresh=False,
-            )
-    if refresh:
-        await engine.refresh(kb.alias)
+    run = _Run(kb.alias)
+    valid = [d for d in documents if isinstance(d, SourceDocument)]
+    summary.failures.extend(str(d) for d in documents if isinstance(d, RecordError))
+    by_id: dict[str, SourceDocument] = {}
+    for doc in valid:
+        by_id[doc.record.document_id] = doc  # a later record of the same document wins, as on a re-run
+
+    async def actions(ids: Sequence[str]) -> AsyncIterator[dict[str, Any]]:
+        for doc_id in ids:
+            chunks = chunk_documents(by_id[doc_id], size=chunk_size, overlap=overlap)
+            run.chunks_of[doc_id] = [c["chunk_id"] for c in chunks]
+            for chunk in chunks:
+                run.document_of[chunk["chunk_id"]] = doc_id
+                yield _action(kb.alias, chunk)
+            if progress is not None:
+                progress(1, len(chunks))
+
+    large = len(by_id) >= LARGE_LOAD_DOCUMENTS
+    await engine.refresh(kb.alias)  # so that chunks of an interrupted earlier run are seen as stale
+    if large:
+        await engine.put_settings(kb.alias, {"index": {"refresh_interval": "-1"}})
+    try:
+        await _workers(engine, run, actions(list(by_id)), concurrency, max_bytes)
+        await _retry_transient(engine, run, by_id=by_id, chunk_size=chunk_size, overlap=overlap,
+                               concurrency=concurrency, max_bytes=max_bytes, passes=retry_passes)
+    finally:
+        if large:
+            await engine.put_settings(kb.alias, {"index": {"refresh_interval": refresh_interval}})
+
+    failed_docs: dict[str, list[str]] = defaultdict(list)
+    for chunk, (status, reason) in run.failed.items():
+        failed_docs[run.document_of.get(chunk, chunk)].append(f"{chunk}: {status} {reason}")
+    for doc_id, problems in failed_docs.items():
+        summary.failures.append(f"document {doc_id}: {len(problems)} chunk(s) not written ({problems[0]})")
+    complete = [doc_id for doc_id in by_id if doc_id not in failed_docs]
+    await engine.refresh(kb.alias)
+    summary.deleted_stale = await _delete_stale(engine, kb.alias, {d: run.chunks_of[d] for d in complete})
+    await engine.refresh(kb.alias)
+    summary.documents = len(complete)
+    summary.chunks = sum(len(run.chunks_of[d]) for d in complete)
+    summary.seconds = time.monotonic() - started
     return summary
+
+
+async def _retry_transient(
+    engine: Engine,
+    run: _Run,
+    *,
+    by_id: dict[str, SourceDocument],
+    chunk_size: int,
+    overlap: int,
+    concurrency: int,
+    max_bytes: int,
+    passes: int,
+) -> None:
+    def transient() -> list[str]:
+        return sorted({run.document_of[c] for c, (status, _) in run.failed.items()
+                       if (status in _TRANSIENT or not isinstance(status, int)) and c in run.document_of})
+
+    async def resend(ids: list[str]) -> AsyncIterator[dict[str, Any]]:
+        for doc_id in ids:
+            for chunk in chunk_documents(by_id[doc_id], size=chunk_size, overlap=overlap):
+                yield _action(run.index, chunk)
+
+    if not transient():
+        return
+    try:
+        async for attempt in AsyncRetrying(
+            retry=retry_if_result(bool),
+            stop=stop_after_attempt(passes),
+            wait=wait_exponential(multiplier=0.5, max=8),
+        ):
+            with attempt:
+                await _workers(engine, run, resend(transient()), concurrency, max_bytes)
+                remaining = transient()
+            if attempt.retry_state.outcome is not None and not attempt.retry_state.outcome.failed:
+                attempt.retry_state.set_result(remaining)
+    except RetryError:
+        pass  # what still failed is reported per document
+
+
+async def _delete_stale(engine: Engine, index: str, chunks_of: dict[str, list[str]], batch: int = 500) -> int:
+    """Deletes chunks of these documents that are not among their current chunk ids."""
+    deleted = 0
+    ids = list(chunks_of)
+    for start in range(0, len(ids), batch):
+        group = ids[start : start + batch]
+        keep = [c for d in group for c in chunks_of[d]]
+        query = {"bool": {"filter": [{"terms": {"document_id": group}}], "must_not": [{"ids": {"values": keep}}]}}
+        deleted += await engine.delete_by_query(index, query, refresh=False)
+    return deleted

@@ -7,17 +7,15 @@ import json
 from typing import Any
 
 import pytest
-from conftest import API_KEY, api_key, bearer, new_kb
+from conftest import API_KEY, api_key, bearer, load_records, new_kb
 
 from es_provider import admin
-from es_provider.ingest.records import DocumentRecord
-from es_provider.ingest.writer import ingest
 
 DENIED = "KNOWLEDGE_ACCESS_DENIED"
 PROTOCOL = "KNOWLEDGE_PROTOCOL_ERROR"
 
 
-def corpus(n: int = 40) -> list[DocumentRecord]:
+def corpus(n: int = 40) -> list[dict[str, Any]]:
     """n public team-a chunks about installation (varying relevance) plus a few others."""
     docs = []
     for i in range(n):
@@ -29,7 +27,7 @@ def corpus(n: int = 40) -> list[DocumentRecord]:
                  "tenant_id": "team-b", "acl": {"public": True}})
     docs.append({"document_id": "a-bob", "title": "Bob's", "content": "installation notes only bob reads",
                  "tenant_id": "team-a", "acl": {"subjects": ["u-bob"]}})
-    return [DocumentRecord.model_validate(d) for d in docs]
+    return docs
 
 
 @pytest.fixture
@@ -41,11 +39,10 @@ async def kbs(engine):
     other = new_kb(id="kb-other", name="Other project")
     for kb in (one, two, other):
         await admin.create(engine, kb, admin.load_index_body())
-    summary = await ingest(engine, one, corpus())
-    assert not summary.failures
-    await ingest(engine, two, [DocumentRecord.model_validate(
+    await load_records(engine, one, corpus())
+    await load_records(engine, two, [
         {"document_id": "hb-1", "title": "Handbook", "content": "installation handbook", "tenant_id": "team-a",
-         "acl": {"public": True}})])
+         "acl": {"public": True}}])
     yield one, two, ghost, other
     for kb in (one, two, other):
         await admin.drop(engine, kb)

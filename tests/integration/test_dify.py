@@ -7,10 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from conftest import API_KEY, api_key, bearer, new_kb
-
-from es_provider.ingest.records import DocumentRecord
-from es_provider.ingest.writer import ingest
+from conftest import API_KEY, api_key, bearer, load_records, new_kb
 
 JAN_2025 = 1735689600  # Unix seconds
 JUL_2025 = 1751328000
@@ -30,15 +27,15 @@ ALL = set(DOCS)
 
 @pytest.fixture
 async def client(engine, kb, client_for):
-    records = [DocumentRecord.model_validate({
+    records = [({
         "document_id": doc_id, "title": doc_id.replace("-", " ").title(),
         "pages": [{"page": 2, "content": f"installation notes for {doc_id}."}],
         "source": {"type": "DOCUMENT", "uri": f"https://docs.example.com/{doc_id}"},
         "tenant_id": "team-a", "acl": {"public": True}, "metadata": meta}) for doc_id, meta in DOCS.items()]
-    records.append(DocumentRecord.model_validate({
+    records.append({
         "document_id": "team-b-doc", "content": "installation notes for team b.", "tenant_id": "team-b",
-        "acl": {"public": True}, "metadata": {"category": "spec"}}))
-    assert not (await ingest(engine, kb, records)).failures
+        "acl": {"public": True}, "metadata": {"category": "spec"}})
+    await load_records(engine, kb, records)
     other = new_kb(id="not-for-this-key")
     return await client_for(kb, other, api_keys=[api_key(["project-documents"], tenants=["team-a"])])
 

@@ -12,16 +12,13 @@ from typing import Any
 import acl_corpus
 import pytest
 from callbacks import ROUTE, body, headers
-from conftest import new_kb
+from conftest import load_records, new_kb
 
 from es_provider import admin
-from es_provider.ingest.records import DocumentRecord
-from es_provider.ingest.writer import ingest
 
 
 async def load(engine, kb, records: list[dict[str, Any]]) -> None:
-    summary = await ingest(engine, kb, [DocumentRecord.model_validate(r) for r in records])
-    assert summary.failures == []
+    await load_records(engine, kb, records)
 
 
 async def put_raw(engine, kb, docs: list[dict[str, Any]]) -> None:

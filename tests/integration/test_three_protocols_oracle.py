@@ -8,17 +8,13 @@ import uuid
 
 import acl_corpus
 from callbacks import ROUTE, body, headers
-from conftest import bearer
-
-from es_provider.ingest.records import DocumentRecord
-from es_provider.ingest.writer import ingest
+from conftest import bearer, load_records
 
 ALL_TENANTS = sorted({t for _, t in acl_corpus.IDENTITIES if t} | {t for t in acl_corpus.TENANTS if t})
 
 
 async def test_identical_visible_sets_across_protocols(engine, kb, client_for) -> None:
-    summary = await ingest(engine, kb, [DocumentRecord.model_validate(d) for d in acl_corpus.documents()])
-    assert not summary.failures
+    await load_records(engine, kb, acl_corpus.documents())
 
     broad = {"key_ref": "BROAD_KEY", "app": "app-1", "tenants": ALL_TENANTS, "subjects": ["*"],
              "knowledge": ["project-documents"]}

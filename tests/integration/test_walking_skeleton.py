@@ -27,7 +27,7 @@ def visible_documents(subject: str, tenant: str | None) -> set[str]:
 
 
 async def test_two_identities_see_different_permitted_sets(engine: Engine, kb, client_for) -> None:
-    summary = await ingest(engine, kb, read_jsonl(SAMPLE_CORPUS))
+    summary = await ingest(engine, kb, list(read_jsonl(SAMPLE_CORPUS)))
     assert summary.failures == [] and summary.documents == 24
     client = await client_for(kb)
 

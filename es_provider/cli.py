@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--kb", required=True)
     ingest.add_argument("--chunk-size", type=int, default=1000, help="characters per chunk (max 16384)")
     ingest.add_argument("--overlap", type=int, default=100, help="characters carried into the next chunk")
-    ingest.add_argument("--concurrency", type=int, default=2, help="bulk requests in flight")
+    ingest.add_argument("--concurrency", type=int, default=4, help="bulk requests in flight")
     ingest.add_argument("--tenant", default=None, help="files: tenant id (none: application-shared)")
     ingest.add_argument("--subjects", type=_names, action="extend", default=[],
                         help="files: subjects that may read them (comma-separated)")

@@ -16,8 +16,11 @@ from es_provider import acl, metadata
 from es_provider.acl import Filter
 from es_provider.domain import Retrieval
 
-# Each field contributes one clause per analysed term: 4 fields × 200 units < 1024 clauses.
-TEXT_FIELDS = ("title.en^1.0", "content.en^1.0", "title.cjk^1.0", "content.cjk^1.0")
+# English-analysed fields always; the CJK-bigram fields only for a query that has CJK characters (on Latin text
+# they add noise: SciFact nDCG@10 0.691 without them, 0.674 with). Each field adds one clause per analysed term:
+# at most 4 fields × 200 units < 1024 clauses.
+LATIN_FIELDS = ("title.en", "content.en")
+CJK_FIELDS = ("title.en", "content.en", "title.cjk", "content.cjk")
 MAX_QUERY_UNITS = 200
 # Ask for more than top_k so that hits the re-check drops do not shorten the answer.
 MIN_EXTRA_CANDIDATES = 10
@@ -35,6 +38,10 @@ _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-
 def _units(word: str) -> int:
     cjk = len(_CJK.findall(word))
     return cjk + (1 if len(word) > cjk else 0)
+
+
+def text_fields(text: str) -> tuple[str, ...]:
+    return CJK_FIELDS if _CJK.search(text) else LATIN_FIELDS
 
 
 def bounded_text(text: str, max_units: int = MAX_QUERY_UNITS) -> str:
@@ -70,10 +77,11 @@ def build_search(
     filters: list[dict[str, Any]] = [clause for _, clause in tagged]
     if retrieval.metadata is not None:
         filters.append(metadata.translate(retrieval.metadata, metadata_types or {}))
+    query_text = bounded_text(retrieval.query)
     text = {
         "multi_match": {
-            "query": bounded_text(retrieval.query),
-            "fields": list(TEXT_FIELDS),
+            "query": query_text,
+            "fields": list(text_fields(query_text)),
             "type": "best_fields",
             "tie_breaker": 0.5,
         }

@@ -5,7 +5,7 @@ from conftest import new_kb
 
 from es_provider.acl import Filter, Identity
 from es_provider.domain import Retrieval
-from es_provider.query import MAX_QUERY_UNITS, bounded_text, build_search, candidate_count
+from es_provider.query import MAX_QUERY_UNITS, bounded_text, build_search, candidate_count, text_fields
 
 ID = Identity.of("app-1", "team-a", "u-alice", frozenset({"eng"}))
 
@@ -59,3 +59,15 @@ def test_query_syntax_stays_text() -> None:
 @pytest.mark.parametrize(("top_k", "expected"), [(1, 11), (3, 13), (10, 20), (50, 100), (1024, 1024)])
 def test_candidate_count(top_k: int, expected: int) -> None:
     assert candidate_count(top_k) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "fields"),
+    [("installation guide", ("title.en", "content.en")),
+     ("设备安装", ("title.en", "content.en", "title.cjk", "content.cjk")),
+     ("mixed 安装 query", ("title.en", "content.en", "title.cjk", "content.cjk")),
+     ("カタカナ", ("title.en", "content.en", "title.cjk", "content.cjk")),
+     ("", ("title.en", "content.en"))],
+)
+def test_text_fields_follow_the_script(text: str, fields: tuple) -> None:
+    assert text_fields(text) == fields

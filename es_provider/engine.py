@@ -13,10 +13,12 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, I
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+import orjson
 from opensearchpy import AsyncOpenSearch
 from opensearchpy.exceptions import ConnectionError as OSConnectionError
 from opensearchpy.exceptions import ConnectionTimeout, NotFoundError, TransportError
 from opensearchpy.helpers import async_streaming_bulk
+from opensearchpy.serializer import JSONSerializer
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_before_delay, wait_exponential
 
 from es_provider.deadline import Budget, fixed_budget
@@ -52,12 +54,26 @@ def map_error(exc: BaseException) -> KnowledgeError:
     return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"unexpected engine failure: {exc!r}")
 
 
+class OrjsonSerializer(JSONSerializer):
+    """opensearch-py's serializer with orjson for bodies: several times faster on bulk and search requests."""
+
+    def dumps(self, data: Any) -> str:
+        if isinstance(data, str | bytes):
+            return data  # type: ignore[return-value]
+        return orjson.dumps(data, default=self.default).decode("utf-8")
+
+    def loads(self, s: str) -> Any:
+        return orjson.loads(s)
+
+
 class Engine:
     def __init__(self, url: str, *, timeout_s: float = 30.0) -> None:
         self.url = url
         self._timeout_s = timeout_s
         # Retries are ours (tenacity, bounded by each request's budget), not the client's.
-        self._client = AsyncOpenSearch(hosts=[url], timeout=timeout_s, max_retries=0, retry_on_timeout=False)
+        self._client = AsyncOpenSearch(
+            hosts=[url], timeout=timeout_s, max_retries=0, retry_on_timeout=False, serializer=OrjsonSerializer()
+        )
 
     async def close(self) -> None:
         await self._client.close()

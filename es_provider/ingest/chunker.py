@@ -33,11 +33,19 @@ def _sentences(paragraph: str) -> list[str]:
 
 
 def _join(sentences: list[tuple[str, int]]) -> str:
-    """Sentences back into text: a space after Latin punctuation, none after Chinese."""
-    out = ""
-    for sentence, _ in sentences:
-        out += ("" if not out or out[-1] in _CJK_STOPS else " ") + sentence
-    return out
+    """Sentences back into text: paragraphs apart by a blank line; within one, a space after Latin
+    punctuation and none after Chinese."""
+    parts: list[str] = []
+    previous: tuple[str, int] | None = None
+    for sentence, paragraph in sentences:
+        if previous is not None:
+            if paragraph != previous[1]:
+                parts.append("\n\n")
+            elif previous[0][-1] not in _CJK_STOPS:
+                parts.append(" ")
+        parts.append(sentence)
+        previous = (sentence, paragraph)
+    return "".join(parts)
 
 
 def _hard_split(sentence: str, size: int) -> list[str]:
@@ -49,8 +57,12 @@ def split_text(
 ) -> list[TextChunk]:
     size = max(1, min(size, CONTENT_LIMIT))
     overlap = max(0, min(overlap, size // 2))
+    text = text.strip()
+    if len(text) <= size:
+        # Fits whole: kept as written (most documents of a corpus of abstracts or FAQs).
+        return [TextChunk(text, page, 1, heading)] if text else []
     pieces: list[tuple[str, int]] = []  # (sentence, paragraph number)
-    for number, paragraph in enumerate(_PARAGRAPHS.split(text.strip()), start=1):
+    for number, paragraph in enumerate(_PARAGRAPHS.split(text), start=1):
         for sentence in _sentences(paragraph):
             pieces.extend((part, number) for part in _hard_split(sentence, size))
     chunks: list[TextChunk] = []

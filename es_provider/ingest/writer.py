@@ -3,7 +3,8 @@
 - Chunk ids derive from (document id, version, position), so writing a document again overwrites its chunks.
 - `concurrency` workers each stream byte-sized bulk requests (opensearch-py's async helper, which also retries
   rejected (429) items with backoff) from one bounded queue: the reader waits when OpenSearch is slower.
-- Large loads switch refresh off and restore the configured interval afterwards (also after a failure).
+- Large loads switch refresh off and the translog to async fsync, and restore the configured values afterwards
+  (also after a failure); an interrupted load is made whole by running it again.
 - Actions that failed transiently (429, 5xx, connection) are retried in passes with tenacity; what still fails
   is reported per document, never dropped silently.
 - Only after a document's new chunks are all written are its stale chunks (a shorter new version) deleted, so a
@@ -168,15 +169,18 @@ async def ingest(
 
     large = len(by_id) >= LARGE_LOAD_DOCUMENTS
     await engine.refresh(kb.alias)  # so that chunks of an interrupted earlier run are seen as stale
+    # Into an empty index every chunk at the end is one this run wrote for a document's last record: none is stale.
+    was_empty = await engine.count(kb.alias) == 0
     if large:
-        await engine.put_settings(kb.alias, {"index": {"refresh_interval": "-1"}})
+        await engine.put_settings(kb.alias, {"index": {"refresh_interval": "-1", "translog.durability": "async"}})
     try:
         await _workers(engine, run, actions(list(by_id)), concurrency, max_bytes)
         await _retry_transient(engine, run, by_id=by_id, chunk_size=chunk_size, overlap=overlap,
                                concurrency=concurrency, max_bytes=max_bytes, passes=retry_passes)
     finally:
         if large:
-            await engine.put_settings(kb.alias, {"index": {"refresh_interval": refresh_interval}})
+            restore = {"refresh_interval": refresh_interval, "translog.durability": "request"}
+            await engine.put_settings(kb.alias, {"index": restore})
 
     failed_docs: dict[str, list[str]] = defaultdict(list)
     for chunk, (status, reason) in run.failed.items():
@@ -185,8 +189,9 @@ async def ingest(
         summary.failures.append(f"document {doc_id}: {len(problems)} chunk(s) not written ({problems[0]})")
     complete = [doc_id for doc_id in by_id if doc_id not in failed_docs]
     await engine.refresh(kb.alias)
-    summary.deleted_stale = await _delete_stale(engine, kb.alias, {d: run.chunks_of[d] for d in complete})
-    await engine.refresh(kb.alias)
+    if not was_empty:
+        summary.deleted_stale = await _delete_stale(engine, kb.alias, {d: run.chunks_of[d] for d in complete})
+        await engine.refresh(kb.alias)
     summary.documents = len(complete)
     summary.chunks = sum(len(run.chunks_of[d]) for d in complete)
     summary.seconds = time.monotonic() - started

@@ -28,6 +28,14 @@ test: install lint compose-check
 run: install
 	scripts/run-demo
 
+$(VENV)/.bench-installed: $(VENV)/.installed requirements-bench.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-bench.lock
+	touch $@
+
+# All benchmarks in one run (starts the local OpenSearch itself); writes bench/results/ and docs/benchmarks.md.
+bench: $(VENV)/.bench-installed
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
 opensearch-start:
 	scripts/opensearch-local start
 

@@ -88,7 +88,7 @@ def _subject_clause(identity: Identity) -> Clause:
 
 def _subject_allows(source: Mapping[str, Any], identity: Identity) -> bool:
     acl = source.get("acl")
-    if not isinstance(acl, Mapping):
+    if not isinstance(acl, dict | Mapping):  # dict first: the cheap check for parsed JSON
         return False
     if acl.get("public") is True:
         return True
@@ -120,10 +120,13 @@ def unenforceable(filters: Iterable[Filter], mapped_fields: Iterable[str]) -> li
 ACL_FIELDS = tuple(sorted({name for names in REQUIRED_MAPPING.values() for name in names}))
 
 
+_ALL_FILTERS = tuple(Filter)
+
+
 def ordered(filters: Iterable[Filter]) -> tuple[Filter, ...]:
     """Filters in their canonical order, de-duplicated."""
     wanted = set(filters)
-    return tuple(f for f in Filter if f in wanted)
+    return tuple(f for f in _ALL_FILTERS if f in wanted)
 
 
 def permission_clauses(identity: Identity, filters: Iterable[Filter]) -> list[tuple[Filter, Clause]]:

@@ -47,8 +47,17 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from es_provider.app import create_app
 
     app = create_app(settings)
-    print(f"es-provider serving on http://{args.host}:{args.port}", flush=True)
-    web.run_app(app, host=args.host, port=args.port, access_log=None, print=None)
+    loop = None
+    if args.loop in ("auto", "uvloop"):
+        try:
+            import uvloop
+        except ImportError:
+            if args.loop == "uvloop":
+                return _fail("--loop uvloop: uvloop is not installed")
+        else:
+            loop = uvloop.new_event_loop()
+    print(f"es-provider serving on http://{args.host}:{args.port} ({'uvloop' if loop else 'asyncio'})", flush=True)
+    web.run_app(app, host=args.host, port=args.port, access_log=None, print=None, loop=loop)
     return 0
 
 
@@ -180,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = with_config(sub.add_parser("serve", help="run the HTTP service"))
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto",
+                       help="event loop: uvloop when installed (auto), or the standard one")
     serve.set_defaults(run=cmd_serve)
 
     kb = sub.add_parser("kb", help="knowledge base index lifecycle")

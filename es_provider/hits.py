@@ -19,7 +19,7 @@ def _optional_str(value: Any) -> str | None:
 
 def to_chunk(hit: Mapping[str, Any], *, knowledge_id: str, pivot: float) -> Chunk:
     source = hit.get("_source")
-    if not isinstance(source, Mapping):
+    if not isinstance(source, dict | Mapping):
         raise MalformedHit("hit has no _source")
     chunk_id = source.get("chunk_id") or hit.get("_id")
     document_id = source.get("document_id")
@@ -39,7 +39,7 @@ def to_chunk(hit: Mapping[str, Any], *, knowledge_id: str, pivot: float) -> Chun
         content=content,
         title=_optional_str(source.get("title")),
         tenant_id=_optional_str(source.get("tenant_id")),
-        source=dict(src) if isinstance(src, Mapping) else {},
-        metadata=dict(metadata) if isinstance(metadata, Mapping) else {},
+        source=dict(src) if isinstance(src, dict | Mapping) else {},
+        metadata=dict(metadata) if isinstance(metadata, dict | Mapping) else {},
         score=normalise_bm25(hit.get("_score"), pivot),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -21,6 +22,7 @@ security_log = logging.getLogger("es_provider.security")
 _VERSION_SUFFIX = re.compile(r"-v\d+$")
 
 
+@functools.lru_cache(maxsize=1024)
 def alias_of_index(index: str) -> str:
     """Concrete indices are named `<alias>-v<N>` (admin.py), so a hit's `_index` names its knowledge base."""
     return _VERSION_SUFFIX.sub("", index)

@@ -30,25 +30,18 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _depth(text: str) -> int:
-    """Nesting depth of a JSON text, counted outside strings (guards the parser's recursion)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
+def _depth(value: Any) -> int:
+    """Nesting depth of a parsed JSON value, iteratively (no recursion limit to hit)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in node.values())
+        elif isinstance(node, list):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in node)
     return deepest
 
 
@@ -60,8 +53,6 @@ def parse_object(raw: bytes) -> dict[str, Any]:
         raise protocol_error("body is not valid UTF-8") from None
     if text.startswith("\ufeff"):
         raise protocol_error("body starts with a byte order mark")
-    if _depth(text) > MAX_DEPTH:
-        raise protocol_error("body is nested too deeply")
     try:
         value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
     except _DuplicateKey:
@@ -71,6 +62,9 @@ def parse_object(raw: bytes) -> dict[str, Any]:
         raise protocol_error("body is not a single valid JSON document") from None
     if not isinstance(value, dict):
         raise protocol_error("body must be a JSON object")
+    # Only a body with enough brackets can be too deep; the C parser itself stops runaway nesting (RecursionError).
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(value) > MAX_DEPTH:
+        raise protocol_error("body is nested too deeply")
     return value
 
 

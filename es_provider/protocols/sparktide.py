@@ -105,10 +105,10 @@ def fingerprint(data: dict[str, Any]) -> bytes:
 def render_answer(result: Result, *, legacy: bool) -> tuple[bytes, list[str]]:
     if legacy:
         rendered = items.render(result.chunks, {}, "documents", legacy=True)
-        return orjson.dumps({"documents": rendered.items}), rendered.problems
-    envelope = {"protocolVersion": "1.0", "appliedFilters": [f.value for f in result.applied_filters]}
-    rendered = items.render(result.chunks, envelope, "items")
-    return orjson.dumps({**envelope, "items": rendered.items}), rendered.problems
+    else:
+        envelope = {"protocolVersion": "1.0", "appliedFilters": [f.value for f in result.applied_filters]}
+        rendered = items.render(result.chunks, envelope, "items")
+    return rendered.body, rendered.problems
 
 
 def manifest(kb: KnowledgeBase, endpoint: str, version: str | None = None) -> dict[str, Any]:

@@ -7,13 +7,14 @@ the reason is returned for the log; nothing invalid is ever sent.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
+
+import orjson
 
 from es_provider.domain import Chunk
 
@@ -39,12 +40,6 @@ class InvalidItem(ValueError):
     """The chunk cannot be sent; the message says why (never its content)."""
 
 
-@dataclass
-class Rendered:
-    items: list[dict[str, Any]] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)  # for the log: what was skipped or fixed, and why
-
-
 def valid_uri(uri: object) -> bool:
     if not isinstance(uri, str) or not uri or len(uri) > MAX_URI:
         return False
@@ -66,11 +61,23 @@ def metadata_depth(value: object, level: int = 1) -> int:
 
 
 def valid_metadata(metadata: Mapping[str, Any]) -> bool:
+    if not _all_finite(metadata):  # orjson would write NaN/Infinity as null: refuse them instead
+        return False
     try:
-        encoded = json.dumps(metadata, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
-    except (TypeError, ValueError):
+        encoded = orjson.dumps(metadata)
+    except orjson.JSONEncodeError:
         return False
     return len(encoded) <= MAX_METADATA_BYTES and metadata_depth(metadata) <= MAX_METADATA_DEPTH
+
+
+def _all_finite(value: object) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, Mapping):
+        return all(_all_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_all_finite(v) for v in value)
+    return True
 
 
 def valid_item_id(value: object) -> bool:
@@ -170,18 +177,25 @@ def to_legacy(chunk: Chunk) -> tuple[dict[str, Any], list[str]]:
     return document, fixes
 
 
-def _size(value: Any) -> int:
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+@dataclass
+class Encoded:
+    """Valid items, each already serialized, and the answer's bytes around them."""
+
+    body: bytes = b""
+    count: int = 0
+    problems: list[str] = field(default_factory=list)  # for the log: what was skipped or fixed, and why
 
 
-def render(chunks: Iterable[Chunk], envelope: dict[str, Any], key: str, *, legacy: bool = False) -> Rendered:
-    """Valid, de-duplicated items under `envelope[key]`, at most 100, the whole body within 1 MiB
-    (items are dropped from the tail, the least relevant, until it fits)."""
-    out = Rendered()
+def render(chunks: Iterable[Chunk], envelope: dict[str, Any], key: str, *, legacy: bool = False) -> Encoded:
+    """`envelope` plus `key`: valid, de-duplicated items, at most 100, the whole body within 1 MiB (items are
+    dropped from the tail, the least relevant, until it fits). Each item is serialized once."""
+    out = Encoded()
     seen: set[str] = set()
-    size = _size({**envelope, key: []})
+    head = orjson.dumps({**envelope, key: []})[:-3]  # '{..., "key":' without the closing '[]}'
+    size = len(head) + 3
+    parts: list[bytes] = []
     for chunk in chunks:
-        if len(out.items) >= MAX_ITEMS:
+        if len(parts) >= MAX_ITEMS:
             out.problems.append("item limit 100 reached")
             break
         try:
@@ -193,11 +207,13 @@ def render(chunks: Iterable[Chunk], envelope: dict[str, Any], key: str, *, legac
         if item["id"] in seen:
             out.problems.append(f"skipped duplicate item id {item['id']!r}")
             continue
-        item_size = _size(item) + (1 if out.items else 0)
-        if size + item_size > MAX_BODY_BYTES:
+        encoded = orjson.dumps(item)
+        if size + len(encoded) + (1 if parts else 0) > MAX_BODY_BYTES:
             out.problems.append("response size limit 1 MiB reached")
             break
         seen.add(item["id"])
-        size += item_size
-        out.items.append(item)
+        size += len(encoded) + (1 if parts else 0)
+        parts.append(encoded)
+    out.body = head + b"[" + b",".join(parts) + b"]}"
+    out.count = len(parts)
     return out

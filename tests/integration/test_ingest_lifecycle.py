@@ -54,7 +54,7 @@ async def chunks(engine, kb, **term: Any) -> list[dict[str, Any]]:
     query = {"term": term} if term else {"match_all": {}}
     budget = fixed_budget(10_000, now_monotonic=time.monotonic())
     response = await engine.search(kb.alias, {"size": 10000, "query": query, "sort": ["chunk_id"]}, budget)
-    return [hit["_source"] for hit in response["hits"]["hits"]]
+    return [hit["_source"] for hit in response.get("hits", {}).get("hits", [])]  # no hits: no "hits" key
 
 
 async def test_every_file_format_and_named_failures(opensearch, engine, kb, tmp_path, client_for) -> None:

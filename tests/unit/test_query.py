@@ -56,7 +56,7 @@ def test_query_syntax_stays_text() -> None:
     assert set(text) == {"multi_match"}
 
 
-@pytest.mark.parametrize(("top_k", "expected"), [(1, 11), (3, 13), (10, 20), (50, 100), (1024, 1024)])
+@pytest.mark.parametrize(("top_k", "expected"), [(1, 6), (3, 8), (10, 15), (50, 75), (1000, 1024), (1024, 1024)])
 def test_candidate_count(top_k: int, expected: int) -> None:
     assert candidate_count(top_k) == expected
 

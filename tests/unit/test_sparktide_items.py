@@ -95,7 +95,9 @@ def test_to_item(fields: dict, expected_item: dict) -> None:
 def test_render_deduplicates_and_caps_at_100() -> None:
     chunks = [chunk("dup"), chunk("dup")] + [chunk(f"c-{i}") for i in range(150)]
     rendered = items.render(chunks, {"protocolVersion": "1.0", "appliedFilters": []}, "items")
-    ids = [i["id"] for i in rendered.items]
+    answer = orjson.loads(rendered.body)
+    assert answer["protocolVersion"] == "1.0" and answer["appliedFilters"] == [] and rendered.count == 100
+    ids = [i["id"] for i in answer["items"]]
     assert len(ids) == 100 and len(set(ids)) == 100 and ids[0] == "dup"
     assert any("duplicate" in p for p in rendered.problems)
 
@@ -104,10 +106,12 @@ def test_render_drops_from_the_tail_to_fit_one_mebibyte() -> None:
     chunks = [chunk(f"c-{i}", content="设" * 16000) for i in range(40)]
     envelope = {"protocolVersion": "1.0", "appliedFilters": ["TENANT"]}
     rendered = items.render(chunks, envelope, "items")
-    encoded = orjson.dumps({**envelope, "items": rendered.items})
-    assert len(encoded) <= 1024 * 1024
-    assert [i["id"] for i in rendered.items] == [f"c-{i}" for i in range(len(rendered.items))]
-    assert 20 <= len(rendered.items) < 40
+    assert len(rendered.body) <= 1024 * 1024
+    kept = orjson.loads(rendered.body)["items"]
+    assert [i["id"] for i in kept] == [f"c-{i}" for i in range(len(kept))]
+    assert 20 <= len(kept) < 40
+    # The next item would not have fitted: the cut is as late as possible.
+    assert len(rendered.body) + len(orjson.dumps(items.to_item(chunks[len(kept)])[0])) + 1 > 1024 * 1024
 
 
 def test_legacy_document() -> None:
@@ -134,3 +138,10 @@ def test_manifest(endpoint: str, expected: str) -> None:
 def test_legacy_manifest_has_no_callback_version() -> None:
     registration = manifest(new_kb(protocol="legacy", mandatory_filters=[]), "https://x.example.com")
     assert "callbackProtocolVersion" not in registration and registration["mandatoryFilters"] == []
+
+
+def test_render_empty_and_legacy_bodies() -> None:
+    assert orjson.loads(items.render([], {"protocolVersion": "1.0", "appliedFilters": ["TENANT"]}, "items").body) == {
+        "protocolVersion": "1.0", "appliedFilters": ["TENANT"], "items": []}
+    assert orjson.loads(items.render([chunk()], {}, "documents", legacy=True).body) == {"documents": [
+        {"id": "c-1", "text": "text", "source": "doc-1", "title": "Title", "tenantId": "team-a"}]}

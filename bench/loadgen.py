@@ -1,0 +1,103 @@
+"""Load generator, run as its own process so it does not share an event loop or a core's time slices with the
+service: sends a list of requests at a fixed concurrency and prints per-request latencies as JSON.
+
+    python -m bench.loadgen SPEC.json      (spec: mode, target, concurrency, requests, warmup, bodies, ...)
+
+mode "direct": each body is an OpenSearch search body, sent with opensearch-py's async client.
+mode "service": each body is a SparkTide callback; executionId, Idempotency-Key and deadline are made fresh for
+every request, so the service's idempotency window never answers from memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+import orjson
+from aiohttp import ClientSession, ClientTimeout, TCPConnector
+
+
+async def run_direct(spec: dict[str, Any]) -> tuple[list[float], int, float]:
+    from es_provider.engine import OrjsonSerializer
+    from opensearchpy import AsyncOpenSearch
+
+    client = AsyncOpenSearch(hosts=[spec["target"]], serializer=OrjsonSerializer(), maxsize=spec["concurrency"] + 4)
+    bodies = spec["bodies"]
+    index = spec["index"]
+
+    async def one(i: int) -> None:
+        response = await client.search(index=index, body=bodies[i % len(bodies)])
+        if response.get("timed_out"):
+            raise RuntimeError("timed out")
+
+    try:
+        return await drive(spec, one)
+    finally:
+        await client.close()
+
+
+async def run_service(spec: dict[str, Any]) -> tuple[list[float], int, float]:
+    bodies = spec["bodies"]
+    url = spec["target"]
+    headers = {"Authorization": f"Bearer {spec['secret']}", "Content-Type": "application/json"}
+    connector = TCPConnector(limit=spec["concurrency"] + 4)
+    async with ClientSession(connector=connector, timeout=ClientTimeout(total=30)) as session:
+        counter = 0
+
+        async def one(i: int) -> None:
+            nonlocal counter
+            counter += 1
+            execution = f"lg-{time.monotonic_ns()}-{counter}"
+            body = dict(bodies[i % len(bodies)])
+            body["executionId"] = execution
+            body["deadline"] = int(time.time() * 1000) + 10_000
+            async with session.post(url, data=orjson.dumps(body),
+                                    headers={**headers, "Idempotency-Key": execution}) as response:
+                await response.read()
+                if response.status != 200:
+                    raise RuntimeError(f"status {response.status}")
+
+        return await drive(spec, one)
+
+
+async def drive(spec: dict[str, Any], one: Any) -> tuple[list[float], int, float]:
+    """(latencies of the measured requests, errors, seconds from the first measured request to the last answer)."""
+    concurrency, total, warmup = spec["concurrency"], spec["requests"], spec.get("warmup", 0)
+    latencies: list[float] = []
+    errors = 0
+    next_index = 0
+    measured_from = 0.0
+
+    async def worker() -> None:
+        nonlocal next_index, errors
+        nonlocal measured_from
+        while next_index < warmup + total:
+            i = next_index
+            next_index += 1
+            started = time.perf_counter()
+            if i == warmup:
+                measured_from = started
+            try:
+                await one(i)
+            except Exception:
+                errors += 1
+                continue
+            if i >= warmup:
+                latencies.append((time.perf_counter() - started) * 1000)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies, errors, time.perf_counter() - measured_from
+
+
+def main() -> None:
+    spec = json.loads(open(sys.argv[1], encoding="utf-8").read())
+    runner = run_direct if spec["mode"] == "direct" else run_service
+    latencies, errors, elapsed = asyncio.run(runner(spec))
+    print(json.dumps({"latencies_ms": latencies, "errors": errors, "elapsed_s": elapsed}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""bench/results/*.json → docs/benchmarks.md (tables, targets met or missed) and PNG plots in docs/img/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _load(results: Path, name: str) -> dict[str, Any] | None:
+    path = results / f"{name}.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def _verdict(ok: bool) -> str:
+    return "**met**" if ok else "**missed**"
+
+
+def _plots(images: Path, quality: Any, latency: Any, ingest: Any, acl: Any) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    images.mkdir(parents=True, exist_ok=True)
+    made = []
+    if latency:
+        levels = latency["levels"]
+        xs = [str(level["concurrency"]) for level in levels]
+        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+        for mode, colour in (("direct", "tab:blue"), ("service", "tab:orange")):
+            for pct, style in (("p50_ms", "-"), ("p99_ms", "--")):
+                left.plot(xs, [level[mode][pct] for level in levels], style, color=colour, marker="o",
+                          label=f"{mode} {pct[:3]}")
+            right.bar([x + (" " if mode == "service" else "") for x in xs], [level[mode]["rps"] for level in levels],
+                      color=colour, label=mode)
+        left.set_xlabel("concurrency")
+        left.set_ylabel("latency (ms)")
+        left.legend(fontsize=8)
+        left.set_title("Latency: direct vs through the service")
+        right.set_xlabel("concurrency")
+        right.set_ylabel("requests/s")
+        right.set_title("Throughput")
+        right.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(images / "latency.png", dpi=110)
+        plt.close(fig)
+        made.append("latency.png")
+    bars = []
+    if quality:
+        bars.append(("nDCG@10", quality["ndcg_at_10"], quality["reference_ndcg_at_10"]))
+        bars.append(("Recall@100", quality["recall_at_100"], None))
+    if bars:
+        fig, axis = plt.subplots(figsize=(5, 3.2))
+        axis.bar([b[0] for b in bars], [b[1] for b in bars], color="tab:green")
+        for i, (_, value, reference) in enumerate(bars):
+            axis.text(i, value + 0.01, f"{value:.3f}", ha="center")
+            if reference:
+                axis.hlines(reference, i - 0.4, i + 0.4, colors="black", linestyles="dashed")
+        axis.set_ylim(0, 1.05)
+        axis.set_title("SciFact (BM25); dashed: BEIR Elasticsearch 0.665")
+        fig.tight_layout()
+        fig.savefig(images / "quality.png", dpi=110)
+        plt.close(fig)
+        made.append("quality.png")
+    if ingest or acl:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+        if ingest:
+            axes[0].bar(["naive helpers.bulk", "es-provider ingest"], [ingest["naive_median"], ingest["ours_median"]],
+                        color=["tab:gray", "tab:orange"])
+            axes[0].set_ylabel("chunks/s")
+            axes[0].set_title(f"Ingest rate (×{ingest['ratio']})")
+        if acl:
+            names = ["service off", "service on", "direct off", "direct on"]
+            keys = ["service_filters_off", "service_filters_on", "direct_filters_off", "direct_filters_on"]
+            axes[1].bar(names, [acl[k]["p50_ms"] for k in keys], color=["tab:gray", "tab:orange"] * 2)
+            axes[1].set_ylabel("p50 latency (ms)")
+            axes[1].set_title("Permission filters off vs on")
+        fig.tight_layout()
+        fig.savefig(images / "ingest_acl.png", dpi=110)
+        plt.close(fig)
+        made.append("ingest_acl.png")
+    return made
+
+
+def render(results: Path, docs: Path) -> Path:
+    quality, latency, ingest, acl = (_load(results, n) for n in ("quality", "latency", "ingest", "acl"))
+    any_result = quality or latency or ingest or acl
+    info = any_result["machine"] if any_result else {}
+    lines = ["# Benchmarks", "",
+             "Produced by `make bench` (`python -m bench.run`) in one run on one machine; the numbers below are "
+             "copied from `bench/results/*.json` by `bench/report.py`. Targets are from the benchmark issue; a "
+             "missed one is shown as missed.", ""]
+    if info:
+        lines += [f"Machine: {info['cores']} cores, {info['memory_gib']} GiB, {info['cpu']}; Python {info['python']}; "
+                  f"OpenSearch {info['opensearch']} (local node, heap {info['opensearch_heap']}); run {info['date']}.",
+                  f"Packages: {', '.join(f'{k} {v}' for k, v in info['packages'].items() if v)}.", ""]
+    images = _plots(docs / "img", quality, latency, ingest, acl)
+    if quality:
+        ok = quality["ndcg_at_10"] >= quality["target_ndcg_at_10"]
+        lines += ["## 1. Retrieval quality (BEIR SciFact, 300 test queries)", "",
+                  "| measure | es-provider (BM25) | reference | target |", "|---|---|---|---|",
+                  f"| nDCG@10 | {quality['ndcg_at_10']:.4f} | BEIR Elasticsearch BM25 0.665 | ≥ 0.665: {_verdict(ok)} |",
+                  f"| Recall@100 | {quality['recall_at_100']:.4f} | | |", "",
+                  f"Computed with {quality['implementation']}."]
+        lines += [f"- {k}: {v}" for k, v in quality["settings"].items()]
+        lines += [""]
+    if latency:
+        first = latency["levels"][0]
+        last = latency["levels"][-1]
+        lines += ["## 2. Added latency and throughput (direct OpenSearch vs the SparkTide route)", "",
+                  "| concurrency | direct p50 / p90 / p99 (ms) | service p50 / p90 / p99 (ms) | added p50 (ms) | "
+                  "direct rps | service rps | service/direct rps |", "|---|---|---|---|---|---|---|"]
+        for level in latency["levels"]:
+            d, s = level["direct"], level["service"]
+            lines.append(f"| {level['concurrency']} | {d['p50_ms']:.2f} / {d['p90_ms']:.2f} / {d['p99_ms']:.2f} | "
+                         f"{s['p50_ms']:.2f} / {s['p90_ms']:.2f} / {s['p99_ms']:.2f} | {level['added_p50_ms']:.2f} | "
+                         f"{d['rps']:.0f} | {s['rps']:.0f} | {level['rps_ratio']:.2f} |")
+        lines += ["", f"- Target: added p50 ≤ 2 ms at concurrency 1: {first['added_p50_ms']:.2f} ms, "
+                      f"{_verdict(first['added_p50_ms'] <= 2.0)}.",
+                  f"- Target: throughput at concurrency 32 ≥ 0.7 of direct: {last['rps_ratio']:.2f}, "
+                  f"{_verdict(last['rps_ratio'] >= 0.7)}.",
+                  f"- Errors: {sum(lv['direct']['errors'] + lv['service']['errors'] for lv in latency['levels'])}."]
+        if latency.get("asyncio_loop"):
+            lines += ["", "The same service on the standard asyncio loop instead of uvloop (what uvloop buys):", "",
+                      "| concurrency | asyncio-loop service p50 (ms) | rps | uvloop service p50 (ms) | rps |",
+                      "|---|---|---|---|---|"]
+            uv = {lv["concurrency"]: lv["service"] for lv in latency["levels"]}
+            for level in latency["asyncio_loop"]:
+                c = level["concurrency"]
+                lines.append(f"| {c} | {level['service']['p50_ms']:.2f} | {level['service']['rps']:.0f} | "
+                             f"{uv[c]['p50_ms']:.2f} | {uv[c]['rps']:.0f} |")
+        lines += [""] + [f"- {k}: {v}" for k, v in latency.get("settings", {}).items()] + [""]
+    if ingest:
+        lines += ["## 3. Ingest rate (SciFact, 5,183 documents → chunks)", "",
+                  "| loader | chunks/s per round | median |", "|---|---|---|",
+                  f"| naive | {', '.join(map(str, ingest['naive_chunks_per_s']))} | {ingest['naive_median']} |",
+                  f"| es-provider ingest | {', '.join(map(str, ingest['ours_chunks_per_s']))} | {ingest['ours_median']} |",
+                  "", f"- Ratio {ingest['ratio']}× (target ≥ {ingest['target_ratio']}×): "
+                      f"{_verdict(ingest['ratio'] >= ingest['target_ratio'])}."]
+        lines += [f"- {k}: {v}" for k, v in ingest["settings"].items()] + [""]
+    if acl:
+        lines += ["## 4. Permission cost (ACL filters on vs off, concurrency 1)", "",
+                  "| path | filters off p50 (ms) | filters on p50 (ms) | cost at p50 |", "|---|---|---|---|"]
+        for where in ("service", "direct"):
+            off, on = acl[f"{where}_filters_off"], acl[f"{where}_filters_on"]
+            lines.append(f"| {where} | {off['p50_ms']:.2f} | {on['p50_ms']:.2f} | {acl[f'{where}_p50_cost'] * 100:+.1f} % |")
+        lines += ["", f"- Target: ≤ 20 % at p50 through the service: {acl['service_p50_cost'] * 100:+.1f} %, "
+                      f"{_verdict(acl['service_p50_cost'] <= acl['target_p50_cost'])}."]
+        lines += [f"- {k}: {v}" for k, v in acl["settings"].items()] + [""]
+    for image in images:
+        lines += [f"![{image}](img/{image})", ""]
+    out = docs / "benchmarks.md"
+    docs.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines), encoding="utf-8")
+    return out
+
+
+if __name__ == "__main__":
+    root = Path(__file__).resolve().parent.parent
+    print(render(root / "bench" / "results", root / "docs"))

@@ -1,0 +1,314 @@
+"""Runs every benchmark on this machine in one go and writes bench/results/*.json and docs/benchmarks.md.
+
+    python -m bench.run [--data PATH] [--sections ingest,quality,latency,acl]
+
+1. ingest   SciFact through `es-provider ingest` vs a naive `helpers.bulk` loader, alternating A B A B.
+2. quality  nDCG@10 over the 300 SciFact test queries through the SparkTide route (HTTP, real credentials,
+            TENANT and SUBJECT filters on); Recall@100 through the AgentArts route (top_k 100), whose limits
+            allow 100 results where SparkTide's topK stops at 10.
+3. latency  the same queries straight to OpenSearch (async client) vs through the service's HTTP route, from a
+            load generator in another process, at concurrency 1, 8 and 32, interleaved A B A B.
+4. acl      the same queries with permission filters on vs off, on an index where every chunk carries
+            realistic ACLs (hundreds of subjects and groups).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import ClientSession
+
+from bench import scifact
+from bench.common import (
+    API_KEY,
+    PYTHON,
+    ROOT,
+    SECRET,
+    cli,
+    config_text,
+    loadgen,
+    machine,
+    service,
+    start_opensearch,
+    summarise,
+    write_result,
+)
+
+CHUNK_SIZE = 16384  # one chunk per SciFact abstract, as BEIR indexes whole documents
+MAIN = {"id": "scifact", "name": "SciFact", "versions": ["1"], "alias": "bench-scifact",
+        "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 10, "secret_ref": "BENCH_SECRET", "apps": ["bench"]}
+ACL = {**MAIN, "id": "scifact-acl", "alias": "bench-scifact-acl"}
+ACL_OPEN = {**MAIN, "id": "scifact-acl-open", "alias": "bench-scifact-acl", "mandatory_filters": []}
+ACL_GROUPS = [f"group-{i:03d}" for i in range(40)]
+
+
+def callback(kb_id: str, query: str, *, subject: str = "bench-user", required: list[str] | None = None,
+             top_k: int = 10) -> dict[str, Any]:
+    required = ["TENANT", "SUBJECT"] if required is None else required
+    return {
+        "protocolVersion": "1.0", "appId": "bench", "subjectId": subject, "tenantId": scifact.TENANT,
+        "knowledgeId": kb_id, "version": "1", "query": query, "topK": top_k,
+        "filters": {"appId": "bench", "subjectId": subject, "tenantId": scifact.TENANT, "required": required},
+        "runId": "bench", "traceId": "bench", "executionId": "x", "deadline": 0, "trustedContext": {},
+    }
+
+
+def search_body(kb: dict[str, Any], query: str, *, subject: str, groups: list[str], filters: bool) -> dict[str, Any]:
+    """Exactly the body the service builds for this query and identity."""
+    from es_provider.acl import Filter, Identity
+    from es_provider.config import KnowledgeBase
+    from es_provider.domain import Retrieval
+    from es_provider.query import build_search
+
+    definition = KnowledgeBase.model_validate(kb, strict=False)
+    identity = Identity.of("bench", scifact.TENANT, subject, frozenset(groups))
+    chosen = (Filter.TENANT, Filter.SUBJECT) if filters else ()
+    return build_search(Retrieval((definition,), query, identity, chosen, 10), timeout_ms=10_000).body
+
+
+# --- 1. ingest ---
+
+def ingest_rate(config: Path, records: Path, url: str, rounds: int) -> dict[str, Any]:
+    ours, naive = [], []
+    chunks = 0
+    for _ in range(rounds):
+        cli("kb", "drop", "--config", str(config), "--kb", "scifact", url=url)
+        cli("kb", "create", "--config", str(config), "--kb", "scifact", url=url)
+        result = cli("ingest", "--config", str(config), "--kb", "scifact", "--chunk-size", str(CHUNK_SIZE),
+                     str(records), url=url)
+        match = re.search(r"(\d+) chunks in ([\d.]+) s", result.stdout)
+        assert match, result.stdout
+        chunks = int(match.group(1))
+        ours.append(chunks / float(match.group(2)))
+        answer = subprocess.run([PYTHON, "-m", "bench.naive_ingest", url, str(records)], capture_output=True,
+                                text=True, cwd=ROOT, check=True)
+        naive.append(json.loads(answer.stdout)["chunks_per_s"])
+    median = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    return {
+        "chunks": chunks,
+        "rounds": rounds,
+        "ours_chunks_per_s": [round(x) for x in ours],
+        "naive_chunks_per_s": [round(x) for x in naive],
+        "ours_median": round(median(ours)),
+        "naive_median": round(median(naive)),
+        "ratio": round(median(ours) / median(naive), 2),
+        "target_ratio": 2.0,
+        "settings": {"ours": f"es-provider ingest --chunk-size {CHUNK_SIZE} (concurrency 4, refresh off and async "
+                             "translog during the load, orjson)",
+                     "naive": "opensearch-py helpers.bulk with defaults (chunk_size 500), one process, sync client, "
+                              "refresh at the end; same records and index mapping"},
+    }
+
+
+# --- 2. quality ---
+
+async def quality(base: str, queries: dict[str, str], qrels: dict[str, dict[str, int]]) -> dict[str, Any]:
+    run10: dict[str, dict[str, float]] = {}
+    run100: dict[str, dict[str, float]] = {}
+    semaphore = asyncio.Semaphore(4)
+    async with ClientSession() as session:
+        async def one(qid: str, text: str) -> None:
+            async with semaphore:
+                body = callback("scifact", text)
+                body["executionId"] = f"q-{qid}"
+                body["deadline"] = int(time.time() * 1000) + 30_000
+                async with session.post(f"{base}/agent/knowledge/scifact/1", json=body, headers={
+                        "Authorization": f"Bearer {SECRET}", "Idempotency-Key": body["executionId"]}) as response:
+                    items = (await response.json())["items"]
+                run10[qid] = {}
+                for rank, item in enumerate(items):
+                    run10[qid].setdefault(item["documentId"], item.get("score", 1.0 / (rank + 1)))
+                async with session.post(f"{base}/knowledge-bases/retrieve", headers={
+                        "Authorization": f"Bearer {API_KEY}"}, json={
+                        "knowledge_base_ids": ["scifact"], "query": text[:4096], "method": "doc", "top_k": 100,
+                        "limit": 100}) as response:
+                    results = (await response.json())["search_result_list"]
+                run100[qid] = {}
+                for result in results:
+                    run100[qid].setdefault(result["file_id"], result["score"])
+
+        await asyncio.gather(*(one(qid, text) for qid, text in queries.items()))
+    at10 = scifact.evaluate(qrels, run10)
+    at100 = scifact.evaluate(qrels, run100)
+    from es_provider.query import LATIN_FIELDS
+
+    return {
+        "ndcg_at_10": at10["ndcg_at_10"],
+        "recall_at_100": at100["recall_at_100"],
+        "queries": at10["queries"],
+        "reference_ndcg_at_10": 0.665,
+        "target_ndcg_at_10": 0.665,
+        "implementation": "pytrec_eval (pytrec-eval-terrier): ndcg_cut_10, recall_100",
+        "settings": {
+            "nDCG@10": "SparkTide route, topK 10, TENANT+SUBJECT filters, one chunk per document",
+            "Recall@100": "AgentArts /knowledge-bases/retrieve, top_k 100, limit 100, same key scope and filters",
+            "query": f"multi_match best_fields over {list(LATIN_FIELDS)} (english analyzer), tie_breaker 0.5; "
+                     "CJK-bigram fields added only for queries with CJK characters",
+            "index": "title and content: standard field + .en (english) + .cjk (cjk) sub-fields; BM25 defaults",
+        },
+    }
+
+
+# --- 3. latency ---
+
+def latency(base: str, url: str, queries: list[str], levels: list[tuple[int, int, int]], rounds: int,
+            label: str = "") -> dict[str, Any]:
+    service_bodies = [callback("scifact", q) for q in queries]
+    direct_bodies = [search_body(MAIN, q, subject="bench-user", groups=[scifact.GROUP], filters=True) for q in queries]
+    table = []
+    for concurrency, requests, warmup in levels:
+        collected: dict[str, dict[str, Any]] = {"direct": {"lat": [], "sec": 0.0, "err": 0},
+                                                "service": {"lat": [], "sec": 0.0, "err": 0}}
+        for _ in range(rounds):  # A B A B
+            for mode in ("direct", "service"):
+                spec = {"mode": mode, "concurrency": concurrency, "requests": requests, "warmup": warmup}
+                if mode == "direct":
+                    spec.update(target=url, index=MAIN["alias"], bodies=direct_bodies)
+                else:
+                    spec.update(target=f"{base}/agent/knowledge/scifact/1", secret=SECRET, bodies=service_bodies)
+                answer = loadgen(spec)
+                collected[mode]["lat"].extend(answer["latencies_ms"])
+                collected[mode]["sec"] += answer["elapsed_s"]
+                collected[mode]["err"] += answer["errors"]
+        direct = summarise(collected["direct"]["lat"], collected["direct"]["sec"], collected["direct"]["err"])
+        through = summarise(collected["service"]["lat"], collected["service"]["sec"], collected["service"]["err"])
+        table.append({
+            "concurrency": concurrency, "direct": direct, "service": through,
+            "added_p50_ms": round(through["p50_ms"] - direct["p50_ms"], 3),
+            "p50_ratio": round(through["p50_ms"] / direct["p50_ms"], 3),
+            "rps_ratio": round(through["rps"] / direct["rps"], 3),
+        })
+        print(f"  {label} concurrency {concurrency}: direct p50 {direct['p50_ms']} ms / {direct['rps']} rps, "
+              f"service p50 {through['p50_ms']} ms / {through['rps']} rps", flush=True)
+    return {"levels": table, "rounds": rounds,
+            "targets": {"added_p50_ms_at_1": 2.0, "rps_ratio_at_32": 0.7}}
+
+
+# --- 4. permission cost ---
+
+def acl_records(data: Path, out: Path) -> None:
+    rng = random.Random(7)
+    subjects = [f"user-{i:03d}" for i in range(400)]
+    groups = [f"group-{i:03d}" for i in range(250)]
+
+    def acl(_: int) -> dict[str, Any]:
+        return {"subjects": rng.sample(subjects, rng.randint(1, 15)), "groups": rng.sample(groups, rng.randint(1, 6)),
+                "public": rng.random() < 0.05}
+
+    scifact.write_records(data, out, acl=acl)
+
+
+def acl_cost(base: str, url: str, queries: list[str], rounds: int, requests: int) -> dict[str, Any]:
+    variants = {
+        "service_filters_on": {"mode": "service", "target": f"{base}/agent/knowledge/scifact-acl/1", "secret": SECRET,
+                               "bodies": [callback("scifact-acl", q, subject="acl-user") for q in queries]},
+        "service_filters_off": {"mode": "service", "target": f"{base}/agent/knowledge/scifact-acl-open/1",
+                                "secret": SECRET,
+                                "bodies": [callback("scifact-acl-open", q, subject="acl-user", required=[])
+                                           for q in queries]},
+        "direct_filters_on": {"mode": "direct", "target": url, "index": ACL["alias"],
+                              "bodies": [search_body(ACL, q, subject="acl-user", groups=ACL_GROUPS, filters=True)
+                                         for q in queries]},
+        "direct_filters_off": {"mode": "direct", "target": url, "index": ACL["alias"],
+                               "bodies": [search_body(ACL, q, subject="acl-user", groups=ACL_GROUPS, filters=False)
+                                          for q in queries]},
+    }
+    collected: dict[str, dict[str, Any]] = {name: {"lat": [], "sec": 0.0, "err": 0} for name in variants}
+    for _ in range(rounds):
+        for name, spec in variants.items():  # on, off, on, off: interleaved
+            answer = loadgen({**spec, "concurrency": 1, "requests": requests, "warmup": 30})
+            collected[name]["lat"].extend(answer["latencies_ms"])
+            collected[name]["sec"] += answer["elapsed_s"]
+            collected[name]["err"] += answer["errors"]
+    out: dict[str, Any] = {name: summarise(c["lat"], c["sec"], c["err"]) for name, c in collected.items()}
+    for where in ("service", "direct"):
+        on, off = out[f"{where}_filters_on"], out[f"{where}_filters_off"]
+        out[f"{where}_p50_cost"] = round(on["p50_ms"] / off["p50_ms"] - 1, 3)
+    out["target_p50_cost"] = 0.20
+    out["settings"] = {"index": "SciFact, every chunk with 1-15 of 400 subjects, 1-6 of 250 groups, 5 % public",
+                       "identity": f"subject acl-user with {len(ACL_GROUPS)} groups, tenant {scifact.TENANT}",
+                       "concurrency": 1, "requests_per_round": requests, "rounds": rounds}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=scifact.DEFAULT_DATA, help="SciFact in the BEIR layout")
+    parser.add_argument("--sections", default="ingest,quality,latency,acl")
+    parser.add_argument("--rounds", type=int, default=2, help="A/B rounds per measurement")
+    args = parser.parse_args()
+    sections = set(args.sections.split(","))
+    scifact.check(args.data)
+    started = time.monotonic()
+
+    url = start_opensearch()
+    info = machine(url)
+    print(f"OpenSearch {info['opensearch']} at {url}; {info['cores']} cores, {info['memory_gib']} GiB", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="es-provider-bench-"))
+    config = work / "config.toml"
+    config.write_text(config_text(url, [MAIN, ACL, ACL_OPEN], ["scifact"]) + f'"acl-user" = {json.dumps(ACL_GROUPS)}\n')
+    records = work / "scifact.jsonl"
+    scifact.write_records(args.data, records)
+    queries, qrels = scifact.test_queries(args.data)
+    results: dict[str, Any] = {"machine": info}
+
+    print("1/4 ingest rate", flush=True)
+    if "ingest" in sections:
+        results["ingest"] = ingest_rate(config, records, url, rounds=max(2, args.rounds + 1))
+        write_result("ingest", {"machine": info, **results["ingest"]})
+    else:
+        ingest_rate(config, records, url, rounds=1)
+
+    with service(config, url) as base:
+        if "quality" in sections:
+            print("2/4 quality", flush=True)
+            results["quality"] = asyncio.run(quality(base, queries, qrels))
+            write_result("quality", {"machine": info, **results["quality"]})
+        if "latency" in sections:
+            print("3/4 latency (uvloop)", flush=True)
+            levels = [(1, 300, 30), (8, 1200, 100), (32, 2400, 200)]
+            results["latency"] = latency(base, url, list(queries.values()), levels, args.rounds, "uvloop")
+    if "latency" in sections:
+        with service(config, url, loop="asyncio") as base:
+            print("3/4 latency (standard asyncio loop, for comparison)", flush=True)
+            levels = [(1, 300, 30), (32, 2400, 200)]
+            results["latency"]["asyncio_loop"] = latency(base, url, list(queries.values()), levels, args.rounds,
+                                                         "asyncio")["levels"]
+        results["latency"]["settings"] = {
+            "service": "es-provider serve, uvloop, orjson, access log off, default config",
+            "direct": "opensearch-py AsyncOpenSearch (orjson serializer), the exact body the service builds",
+            "load generator": "bench/loadgen.py in its own process, aiohttp client, keep-alive",
+            "queries": "the 300 SciFact test queries, cycled; TENANT+SUBJECT filters on",
+        }
+        write_result("latency", {"machine": info, **results["latency"]})
+
+    if "acl" in sections:
+        print("4/4 permission cost", flush=True)
+        acl_file = work / "scifact-acl.jsonl"
+        acl_records(args.data, acl_file)
+        cli("kb", "drop", "--config", str(config), "--kb", "scifact-acl", url=url)
+        cli("kb", "create", "--config", str(config), "--kb", "scifact-acl", url=url)
+        cli("ingest", "--config", str(config), "--kb", "scifact-acl", "--chunk-size", str(CHUNK_SIZE), str(acl_file),
+            url=url)
+        with service(config, url) as base:
+            results["acl"] = acl_cost(base, url, list(queries.values()), args.rounds, 300)
+        write_result("acl", {"machine": info, **results["acl"]})
+
+    results["total_seconds"] = round(time.monotonic() - started)
+    from bench.report import render
+
+    render(ROOT / "bench" / "results", ROOT / "docs")
+    print(f"done in {results['total_seconds']} s: bench/results/*.json, docs/benchmarks.md", flush=True)
+
+
+if __name__ == "__main__":
+    main()

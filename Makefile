@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 install: $(VENV)/.installed
 
 lint: install
-	$(BIN)/ruff check es_provider tests
+	$(BIN)/ruff check es_provider tests bench
 	$(BIN)/mypy es_provider
 
 compose-check:

@@ -30,7 +30,7 @@ API_KEY = "bench-api-key"
 def machine(opensearch_url: str) -> dict[str, Any]:
     meminfo = Path("/proc/meminfo").read_text() if Path("/proc/meminfo").exists() else ""
     total_kb = int(re.search(r"MemTotal:\s+(\d+)", meminfo).group(1)) if "MemTotal" in meminfo else 0  # type: ignore[union-attr]
-    with urllib.request.urlopen(opensearch_url, timeout=10) as response:  # noqa: S310 - local node
+    with urllib.request.urlopen(opensearch_url, timeout=10) as response:
         version = json.loads(response.read())["version"]["number"]
     packages = {}
     for name in ("es-provider", "aiohttp", "opensearch-py", "orjson", "uvloop", "pydantic", "pytrec-eval-terrier"):
@@ -98,9 +98,20 @@ def cli(*args: str, url: str) -> subprocess.CompletedProcess[str]:
     return result
 
 
+class Service:
+    def __init__(self, base: str, pid: int) -> None:
+        self.base = base
+        self.pid = pid
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the service process has used so far."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def service(config: Path, url: str, *, loop: str = "auto") -> Iterator[str]:
-    """`es-provider serve` in its own process; yields its base URL once /healthz answers."""
+def service(config: Path, url: str, *, loop: str = "asyncio") -> Iterator[Service]:
+    """`es-provider serve` in its own process; yields it once /healthz answers."""
     port = free_port()
     env = {**os.environ, "OPENSEARCH_URL": url, "BENCH_SECRET": SECRET, "BENCH_API_KEY": API_KEY}
     process = subprocess.Popen(
@@ -111,13 +122,13 @@ def service(config: Path, url: str, *, loop: str = "auto") -> Iterator[str]:
     try:
         for _ in range(100):
             try:
-                with urllib.request.urlopen(f"{base}/healthz", timeout=1):  # noqa: S310 - local service
+                with urllib.request.urlopen(f"{base}/healthz", timeout=1):
                     break
             except OSError:
                 if process.poll() is not None:
                     raise SystemExit(f"the service exited:\n{process.stderr.read() if process.stderr else ''}")
                 time.sleep(0.1)
-        yield base
+        yield Service(base, process.pid)
     finally:
         process.terminate()
         process.wait(timeout=30)

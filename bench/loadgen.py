@@ -21,8 +21,9 @@ from aiohttp import ClientSession, ClientTimeout, TCPConnector
 
 
 async def run_direct(spec: dict[str, Any]) -> tuple[list[float], int, float]:
-    from es_provider.engine import OrjsonSerializer
     from opensearchpy import AsyncOpenSearch
+
+    from es_provider.engine import OrjsonSerializer
 
     client = AsyncOpenSearch(hosts=[spec["target"]], serializer=OrjsonSerializer(), maxsize=spec["concurrency"] + 4)
     bodies = spec["bodies"]

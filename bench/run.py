@@ -160,8 +160,9 @@ async def quality(base: str, queries: dict[str, str], qrels: dict[str, dict[str,
 
 # --- 3. latency ---
 
-def latency(base: str, url: str, queries: list[str], levels: list[tuple[int, int, int]], rounds: int,
+def latency(svc: Any, url: str, queries: list[str], levels: list[tuple[int, int, int]], rounds: int,
             label: str = "") -> dict[str, Any]:
+    base = svc.base
     service_bodies = [callback("scifact", q) for q in queries]
     direct_bodies = [search_body(MAIN, q, subject="bench-user", groups=[scifact.GROUP], filters=True) for q in queries]
     table = []
@@ -175,7 +176,11 @@ def latency(base: str, url: str, queries: list[str], levels: list[tuple[int, int
                     spec.update(target=url, index=MAIN["alias"], bodies=direct_bodies)
                 else:
                     spec.update(target=f"{base}/agent/knowledge/scifact/1", secret=SECRET, bodies=service_bodies)
+                cpu_before = svc.cpu_seconds()
                 answer = loadgen(spec)
+                if mode == "service":
+                    collected[mode]["cpu"] = collected[mode].get("cpu", 0.0) + svc.cpu_seconds() - cpu_before
+                    collected[mode]["sent"] = collected[mode].get("sent", 0) + requests + warmup
                 collected[mode]["lat"].extend(answer["latencies_ms"])
                 collected[mode]["sec"] += answer["elapsed_s"]
                 collected[mode]["err"] += answer["errors"]
@@ -186,6 +191,7 @@ def latency(base: str, url: str, queries: list[str], levels: list[tuple[int, int
             "added_p50_ms": round(through["p50_ms"] - direct["p50_ms"], 3),
             "p50_ratio": round(through["p50_ms"] / direct["p50_ms"], 3),
             "rps_ratio": round(through["rps"] / direct["rps"], 3),
+            "service_cpu_ms_per_request": round(collected["service"]["cpu"] / collected["service"]["sent"] * 1000, 3),
         })
         print(f"  {label} concurrency {concurrency}: direct p50 {direct['p50_ms']} ms / {direct['rps']} rps, "
               f"service p50 {through['p50_ms']} ms / {through['rps']} rps", flush=True)
@@ -268,23 +274,23 @@ def main() -> None:
     else:
         ingest_rate(config, records, url, rounds=1)
 
-    with service(config, url) as base:
+    with service(config, url) as svc:
         if "quality" in sections:
             print("2/4 quality", flush=True)
-            results["quality"] = asyncio.run(quality(base, queries, qrels))
+            results["quality"] = asyncio.run(quality(svc.base, queries, qrels))
             write_result("quality", {"machine": info, **results["quality"]})
         if "latency" in sections:
-            print("3/4 latency (uvloop)", flush=True)
+            print("3/4 latency", flush=True)
             levels = [(1, 300, 30), (8, 1200, 100), (32, 2400, 200)]
-            results["latency"] = latency(base, url, list(queries.values()), levels, args.rounds, "uvloop")
+            results["latency"] = latency(svc, url, list(queries.values()), levels, args.rounds, "asyncio loop")
     if "latency" in sections:
-        with service(config, url, loop="asyncio") as base:
-            print("3/4 latency (standard asyncio loop, for comparison)", flush=True)
+        with service(config, url, loop="uvloop") as svc:
+            print("3/4 latency (uvloop, for comparison)", flush=True)
             levels = [(1, 300, 30), (32, 2400, 200)]
-            results["latency"]["asyncio_loop"] = latency(base, url, list(queries.values()), levels, args.rounds,
-                                                         "asyncio")["levels"]
+            results["latency"]["uvloop"] = latency(svc, url, list(queries.values()), levels, args.rounds,
+                                                   "uvloop")["levels"]
         results["latency"]["settings"] = {
-            "service": "es-provider serve, uvloop, orjson, access log off, default config",
+            "service": "es-provider serve (standard asyncio loop), orjson, access log off, default config",
             "direct": "opensearch-py AsyncOpenSearch (orjson serializer), the exact body the service builds",
             "load generator": "bench/loadgen.py in its own process, aiohttp client, keep-alive",
             "queries": "the 300 SciFact test queries, cycled; TENANT+SUBJECT filters on",
@@ -299,8 +305,8 @@ def main() -> None:
         cli("kb", "create", "--config", str(config), "--kb", "scifact-acl", url=url)
         cli("ingest", "--config", str(config), "--kb", "scifact-acl", "--chunk-size", str(CHUNK_SIZE), str(acl_file),
             url=url)
-        with service(config, url) as base:
-            results["acl"] = acl_cost(base, url, list(queries.values()), args.rounds, 300)
+        with service(config, url) as svc:
+            results["acl"] = acl_cost(svc.base, url, list(queries.values()), args.rounds, 300)
         write_result("acl", {"machine": info, **results["acl"]})
 
     results["total_seconds"] = round(time.monotonic() - started)

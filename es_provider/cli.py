@@ -189,8 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = with_config(sub.add_parser("serve", help="run the HTTP service"))
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto",
-                       help="event loop: uvloop when installed (auto), or the standard one")
+    # Measured (docs/benchmarks.md): uvloop bought nothing on the benchmark machine, so the standard loop is default.
+    serve.add_argument("--loop", choices=("asyncio", "uvloop", "auto"), default="asyncio",
+                       help="event loop: the standard one, uvloop, or uvloop when installed (auto)")
     serve.set_defaults(run=cmd_serve)
 
     kb = sub.add_parser("kb", help="knowledge base index lifecycle")

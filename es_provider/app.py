@@ -4,23 +4,29 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from es_provider import openapi
 from es_provider.auth import ReplayCache, load_credentials
 from es_provider.config import Settings
 from es_provider.engine import Engine
 from es_provider.errors import ErrorCode, KnowledgeError
 from es_provider.idempotency import IdempotencyCache
+from es_provider.metrics import Metrics
 from es_provider.protocols import agentarts, dify, sparktide
 from es_provider.retrieval import Retriever
 from es_provider.service import SERVICES, Services
 
 log = logging.getLogger("es_provider.app")
 ENGINE = web.AppKey("engine", Engine)
+METRICS = web.AppKey("metrics", Metrics)
+OPENAPI = web.AppKey("openapi", bytes)
 
 
 async def healthz(_: web.Request) -> web.Response:
@@ -51,31 +57,72 @@ _ERROR_BODIES = (
 )
 
 
-@web.middleware
-async def protocol_error_bodies(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Routing refusals (unknown path, wrong method) on a protocol's paths answer in that protocol's body."""
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status >= 400:
-            for prefix, render in _ERROR_BODIES:
-                if request.path.startswith(prefix):
-                    return render(KnowledgeError(ErrorCode.PROTOCOL_ERROR, status=exc.status))
-        raise
+def _protocol_error(path: str, error: KnowledgeError) -> web.Response | None:
+    for prefix, render in _ERROR_BODIES:
+        if path.startswith(prefix):
+            response = render(error)
+            response["code"] = error.code.value
+            return response
+    return None
+
+
+def guard(metrics: Metrics, max_concurrency: int) -> Any:
+    """One middleware for every request: sheds load beyond `max_concurrency` with 429, answers routing refusals
+    (unknown path, wrong method) in the protocol's own body, and records the request metrics."""
+    in_flight = 0
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        nonlocal in_flight
+        started = time.monotonic()
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "unmatched"
+        if in_flight >= max_concurrency and route not in ("/healthz", "/metrics"):
+            shed = _protocol_error(request.path, KnowledgeError(ErrorCode.RATE_LIMITED))
+            response: web.StreamResponse = shed or web.Response(status=429, text="busy")
+        else:
+            in_flight += 1
+            metrics.in_flight.inc()
+            try:
+                response = await handler(request)
+            except web.HTTPException as exc:
+                refusal = _protocol_error(request.path, KnowledgeError(ErrorCode.PROTOCOL_ERROR, status=exc.status))
+                if exc.status < 400 or refusal is None:
+                    raise
+                response = refusal
+            finally:
+                in_flight -= 1
+                metrics.in_flight.dec()
+        metrics.requests.labels(route, str(response.status), str(response.get("code", ""))).inc()
+        metrics.latency.labels(route).observe(time.monotonic() - started)
+        return response
+
+    return middleware
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    return web.Response(body=request.app[METRICS].exposition(), content_type="text/plain", charset="utf-8")
+
+
+async def openapi_endpoint(request: web.Request) -> web.Response:
+    return web.Response(body=request.app[OPENAPI], content_type="application/json")
 
 
 def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> web.Application:
     # Secrets are read now, so a missing one stops the service at start, naming the variable.
     credentials = load_credentials(settings, os.environ if environ is None else environ)
-    app = web.Application(middlewares=[protocol_error_bodies])
+    metrics = Metrics()
+    app = web.Application(middlewares=[guard(metrics, settings.server.max_concurrency)])
+    app[METRICS] = metrics
+    app[OPENAPI] = orjson.dumps(openapi.document())
 
     async def engine_context(app: web.Application) -> AsyncIterator[None]:
-        engine = Engine(settings.opensearch.url, timeout_s=settings.opensearch.timeout_s)
+        engine = Engine(settings.opensearch.url, timeout_s=settings.opensearch.timeout_s, observe=metrics.engine_call)
         app[ENGINE] = engine
         app[SERVICES] = Services(
             settings=settings,
             credentials=credentials,
-            retriever=Retriever(engine, pivot=settings.scoring.bm25_pivot),
+            retriever=Retriever(engine, pivot=settings.scoring.bm25_pivot, on_dropped=metrics.dropped_hits.inc),
             replays=ReplayCache(settings.server.signature_window_s),
             idempotency=IdempotencyCache(settings.server.idempotency_window_s),
         )
@@ -90,4 +137,6 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
     app.router.add_post("//retrieval", dify.retrieval)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_endpoint)
+    app.router.add_get("/openapi.json", openapi_endpoint)
     return app

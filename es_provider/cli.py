@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from es_provider import admin
+from es_provider import admin, logs
 from es_provider.config import ConfigError, KnowledgeBase, Settings, load_settings
 from es_provider.engine import Engine
 from es_provider.errors import KnowledgeError
@@ -189,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = with_config(sub.add_parser("serve", help="run the HTTP service"))
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--log-format", choices=("json", "text"), default="json")
     # Measured (docs/benchmarks.md): uvloop bought nothing on the benchmark machine, so the standard loop is default.
     serve.add_argument("--loop", choices=("asyncio", "uvloop", "auto"), default="asyncio",
                        help="event loop: the standard one, uvloop, or uvloop when installed (auto)")
@@ -247,10 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    # opensearch-py logs every request at INFO and every failed one with a traceback at WARNING; engine.py
-    # already turns failures into one domain error with the detail, so only its errors are kept.
-    logging.getLogger("opensearch").setLevel(logging.ERROR)
+    logs.configure("json" if args.command == "serve" and args.log_format == "json" else "text")
     try:
         settings = load_settings(args.config)
         result: int = args.run(args, settings)

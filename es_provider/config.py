@@ -40,6 +40,8 @@ class ServerSettings(_Strict):
     default_budget_ms: int = Field(default=4000, ge=100)
     idempotency_window_s: float = Field(default=300.0, ge=0)
     signature_window_s: float = Field(default=300.0, gt=0)
+    # Requests answered at once; one more is refused at once with 429 (rate limited) instead of queueing.
+    max_concurrency: int = Field(default=128, ge=1, le=100_000)
 
 
 class ScoringSettings(_Strict):

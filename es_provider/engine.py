@@ -67,9 +67,12 @@ class OrjsonSerializer(JSONSerializer):
 
 
 class Engine:
-    def __init__(self, url: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float = 30.0, observe: Callable[[str, float, bool], None] | None = None
+    ) -> None:
         self.url = url
         self._timeout_s = timeout_s
+        self._observe = observe
         # Retries are ours (tenacity, bounded by each request's budget), not the client's.
         self._client = AsyncOpenSearch(
             hosts=[url], timeout=timeout_s, max_retries=0, retry_on_timeout=False, serializer=OrjsonSerializer()
@@ -127,7 +130,15 @@ class Engine:
             )
             return response
 
-        response = await self._call(budget, run)
+        started = time.monotonic()
+        try:
+            response = await self._call(budget, run)
+        except KnowledgeError:
+            if self._observe is not None:
+                self._observe("search", time.monotonic() - started, False)
+            raise
+        if self._observe is not None:
+            self._observe("search", time.monotonic() - started, True)
         if response.get("timed_out"):
             raise KnowledgeError(ErrorCode.TIMED_OUT, detail="OpenSearch reported timed_out")
         shards = response.get("_shards") or {}

@@ -6,7 +6,7 @@ import functools
 import logging
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from es_provider import acl
 from es_provider.deadline import Budget
@@ -85,8 +85,16 @@ class Retriever:
     It remembers, per index expression, which ACL fields are mapped (for `mapping_ttl_s`), so checking that a
     filter is enforceable costs one engine call per knowledge base per minute, not one per request."""
 
-    def __init__(self, engine: Engine, *, pivot: float, mapping_ttl_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        pivot: float,
+        mapping_ttl_s: float = 60.0,
+        on_dropped: Callable[[int], None] | None = None,
+    ) -> None:
         self._engine = engine
+        self._on_dropped = on_dropped
         self._pivot = pivot
         self._ttl = mapping_ttl_s
         self._mapped: dict[str, tuple[float, set[str]]] = {}
@@ -115,9 +123,12 @@ class Retriever:
         index = ",".join(kb.alias for kb in retrieval.knowledge)
         mapped = await self._mapped_fields(index, budget) if retrieval.filters else None
         types = await self._metadata_types(index, budget) if retrieval.metadata is not None else None
-        return await retrieve(
+        result = await retrieve(
             self._engine, retrieval, budget, pivot=self._pivot, mapped=mapped, metadata_types=types
         )
+        if result.dropped and self._on_dropped is not None:
+            self._on_dropped(result.dropped)
+        return result
 
     async def available(self, aliases: list[str], budget: Budget) -> set[str]:
         """Which of `aliases` exist now (point at an index) and so can be searched."""

@@ -27,10 +27,13 @@ def guarded(render: ErrorRenderer, log: logging.Logger) -> Callable[[Handler], H
             except KnowledgeError as exc:
                 if exc.detail:
                     log.info("refused %s: %s (%s)", request.path, exc.code.value, exc.detail)
-                return render(exc)
+                error = exc
             except Exception:
                 log.exception("unexpected failure on %s", request.path)
-                return render(KnowledgeError(ErrorCode.UNAVAILABLE))
+                error = KnowledgeError(ErrorCode.UNAVAILABLE)
+            response = render(error)
+            response["code"] = error.code.value  # for the request metrics (app.py)
+            return response
 
         return wrapper
 

@@ -21,6 +21,7 @@ from es_provider.config import FilterName, KnowledgeBase
 from es_provider.deadline import budget_from_deadline
 from es_provider.domain import Result, Retrieval
 from es_provider.errors import KnowledgeError, forbidden, protocol_error, unauthenticated
+from es_provider.logs import REQUEST_IDS
 from es_provider.protocols import sparktide_items as items
 from es_provider.protocols.body import check_content_type, parse_object, read_body
 from es_provider.protocols.common import field_names, guarded
@@ -158,6 +159,8 @@ async def handle(request: web.Request) -> web.Response:
         raise unauthenticated("signature missing, expired, invalid or replayed")
     data = parse_object(raw)
     req = parse_request(data)
+    # Every log line of this request carries the platform's ids (logs.py).
+    REQUEST_IDS.set({"runId": req.runId, "traceId": req.traceId, "executionId": req.executionId})
     check_consistency(
         req,
         knowledge_id=knowledge_id,

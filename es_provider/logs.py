@@ -1,0 +1,48 @@
+"""JSON log lines, one object per line, carrying the request's runId/traceId/executionId (set once per request
+through a context variable) so a platform's trace can be followed. Nothing here logs document content; the
+handlers never pass it, and secrets never reach a log call."""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import time
+from typing import Any
+
+REQUEST_IDS: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("request_ids", default=None)
+
+# Extra fields handlers may attach (`extra={...}`); anything else in a record is not emitted.
+_EXTRA_FIELDS = ("chunk_id", "index", "app_id", "executionId", "route", "status", "code")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        ids = REQUEST_IDS.get()
+        if ids:
+            line.update(ids)
+        for name in _EXTRA_FIELDS:
+            value = record.__dict__.get(name)
+            if value is not None:
+                line[name] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+def configure(fmt: str = "json", level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # opensearch-py logs every request at INFO and every failure with a traceback at WARNING; engine.py turns
+    # failures into one domain error with the detail, so only its errors are kept.
+    logging.getLogger("opensearch").setLevel(logging.ERROR)

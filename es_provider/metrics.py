@@ -1,0 +1,34 @@
+"""Prometheus metrics, one registry per app (no process globals): requests by route/status/code, request and
+OpenSearch latency histograms, and the security counter of hits the permission re-check dropped."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "es_provider_requests", "HTTP requests answered", ["route", "status", "code"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "es_provider_request_seconds", "Time to answer", ["route"], buckets=_BUCKETS, registry=self.registry
+        )
+        self.engine_latency = Histogram(
+            "es_provider_opensearch_seconds", "OpenSearch call time", ["operation", "outcome"],
+            buckets=_BUCKETS, registry=self.registry,
+        )
+        self.dropped_hits = Counter(
+            "es_provider_dropped_hits", "Hits OpenSearch returned that the permission re-check refused",
+            registry=self.registry,
+        )
+        self.in_flight = Gauge("es_provider_in_flight", "Requests being answered", registry=self.registry)
+
+    def engine_call(self, operation: str, seconds: float, ok: bool) -> None:
+        self.engine_latency.labels(operation, "ok" if ok else "error").observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -36,6 +36,22 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False)
 
 
+class ClientFaultFilter(logging.Filter):
+    """aiohttp logs a malformed HTTP request (a client's fault, already answered 400) with a traceback; keep
+    one plain line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        if record.exc_info and isinstance(record.exc_info[1], HttpProcessingError):
+            record.msg = "malformed HTTP request refused: %s"
+            record.args = (type(record.exc_info[1]).__name__,)
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
 def configure(fmt: str = "json", level: int = logging.INFO) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(
@@ -46,3 +62,4 @@ def configure(fmt: str = "json", level: int = logging.INFO) -> None:
     # opensearch-py logs every request at INFO and every failure with a traceback at WARNING; engine.py turns
     # failures into one domain error with the detail, so only its errors are kept.
     logging.getLogger("opensearch").setLevel(logging.ERROR)
+    logging.getLogger("aiohttp.server").addFilter(ClientFaultFilter())

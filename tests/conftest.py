@@ -196,3 +196,35 @@ async def load_records(engine: Engine, kb: KnowledgeBase, records: list[dict[str
     summary = await ingest(engine, kb, [SourceDocument.of(DocumentRecord.model_validate(r)) for r in records])
     assert summary.failures == [], summary.failures
     return summary
+
+
+HEAVY = os.environ.get("ES_PROVIDER_HEAVY") == "1"
+FIGURES_KEY = pytest.StashKey[dict[str, list[str]]]()
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> Any:
+    """Records a reliability figure (`figures("part", "text")`); `make reliability` writes them to docs/reliability.md."""
+    store = request.config.stash.setdefault(FIGURES_KEY, {})
+
+    def record(part: str, text: str) -> None:
+        store.setdefault(part, []).append(text)
+
+    return record
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    target = os.environ.get("ES_PROVIDER_RELIABILITY_REPORT")
+    store = session.config.stash.get(FIGURES_KEY, {})
+    if not target or not store:
+        return
+    node = session.config.stash.get(NODE_KEY, None)
+    lines = ["# Reliability and security", "",
+             "Written by `make reliability` (the reliability test modules with `ES_PROVIDER_HEAVY=1`: bigger corpus, "
+             "more identities, longer soak) against a real OpenSearch"
+             + (f" {node.version} ({node.how})" if node else "") + f"; pytest exit status {exitstatus} "
+             f"({'all passed' if exitstatus == 0 else 'FAILURES: see the run'}). `make test` runs the same modules "
+             "at CI size.", ""]
+    for part in sorted(store):
+        lines += [f"## {part}", ""] + [f"- {text}" for text in store[part]] + [""]
+    Path(target).write_text("\n".join(lines), encoding="utf-8")

@@ -4,6 +4,7 @@ exactly one JSON object, no duplicate keys at any depth, no NaN/Infinity."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from aiohttp import web
@@ -11,6 +12,7 @@ from aiohttp import web
 from es_provider.errors import KnowledgeError, protocol_error
 
 MAX_DEPTH = 64
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class _DuplicateKey(ValueError):
@@ -62,6 +64,12 @@ def parse_object(raw: bytes) -> dict[str, Any]:
         raise protocol_error("body is not a single valid JSON document") from None
     if not isinstance(value, dict):
         raise protocol_error("body must be a JSON object")
+    if _SURROGATE_ESCAPE.search(text):
+        # "\ud800" is valid JSON syntax but no Unicode text: it would fail wherever the string is written again.
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise protocol_error("body has a string that is not valid Unicode (a lone surrogate)") from None
     # Only a body with enough brackets can be too deep; the C parser itself stops runaway nesting (RecursionError).
     if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(value) > MAX_DEPTH:
         raise protocol_error("body is nested too deeply")

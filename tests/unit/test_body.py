@@ -22,6 +22,8 @@ from es_provider.protocols.body import parse_object
         (b'{"a": "\xff"}', "UTF-8"),
         (b"\xef\xbb\xbf{}", "byte order mark"),
         (b'{"a": ' + b"[" * 100 + b"]" * 100 + b"}", "nested"),
+        (b'{"q": "\\ud800"}', "lone surrogate"),
+        (b'{"q": "x\\uDFFFy"}', "lone surrogate"),
     ],
 )
 def test_refused_bodies(raw: bytes, reason: str) -> None:
@@ -38,6 +40,7 @@ def test_refused_bodies(raw: bytes, reason: str) -> None:
         (b' {"a": "\\u8bbe"} \n', {"a": "设"}),
         ('{"q": "设备"}'.encode(), {"q": "设备"}),
         (b'{"brackets": "[[[{{{"}', {"brackets": "[[[{{{"}),
+        (b'{"emoji": "\\ud83d\\ude00"}', {"emoji": "\U0001f600"}),
     ],
 )
 def test_accepted_bodies(raw: bytes, expected: dict) -> None:

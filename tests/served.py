@@ -1,0 +1,79 @@
+"""The real `es-provider serve` in its own process (JSON logs captured to a file), for tests that need a
+separate process: signals, resident memory, log contents, a load generator from outside."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def toml_value(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def write_config(path: Path, url: str, knowledge: list[dict[str, Any]], *, api_keys: list[dict[str, Any]] = (),
+                 principals: dict[str, list[str]] | None = None, server: dict[str, Any] | None = None) -> Path:
+    lines = ["[opensearch]", f"url = {toml_value(url)}", "", "[server]"]
+    lines += [f"{k} = {toml_value(v)}" for k, v in (server or {}).items()]
+    for kb in knowledge:
+        lines += ["", "[[knowledge]]"] + [f"{k} = {toml_value(v)}" for k, v in kb.items()]
+    for key in api_keys:
+        lines += ["", "[[api_keys]]"] + [f"{k} = {toml_value(v)}" for k, v in key.items()]
+    lines += ["", "[principals]"] + [f"{toml_value(k)} = {toml_value(v)}" for k, v in (principals or {}).items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+class Served:
+    def __init__(self, config: Path, env: dict[str, str], log_path: Path) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self._log = log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "es_provider.cli", "serve", "--config", str(config), "--port", str(self.port)],
+            env={**os.environ, **env}, stdout=self._log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.base}/healthz", timeout=1):
+                    return
+            except OSError:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"service exited: {log_path.read_text()[-2000:]}") from None
+                time.sleep(0.1)
+        raise RuntimeError("service did not start")
+
+    def rss_kib(self) -> int:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+
+    def logs(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        code = self.process.wait(timeout=timeout)
+        self._log.close()
+        return code

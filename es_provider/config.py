@@ -26,7 +26,7 @@ class _Strict(BaseModel):
 
 
 class OpenSearchSettings(_Strict):
-    url: str = "http://127.0.0.1:9200"
+    url: str = "http://127.0.0.1:9200"  # or several nodes, comma-separated
     # Upper bound for one engine call when no caller deadline applies (admin commands, readiness).
     timeout_s: float = Field(default=30.0, gt=0)
 

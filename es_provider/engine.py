@@ -74,8 +74,11 @@ class Engine:
         self._timeout_s = timeout_s
         self._observe = observe
         # Retries are ours (tenacity, bounded by each request's budget), not the client's.
+        # Several nodes may be given comma-separated: requests go round-robin, and a retry after a connection
+        # failure goes to the next node.
+        hosts = [host.strip() for host in url.split(",") if host.strip()]
         self._client = AsyncOpenSearch(
-            hosts=[url], timeout=timeout_s, max_retries=0, retry_on_timeout=False, serializer=OrjsonSerializer()
+            hosts=hosts, timeout=timeout_s, max_retries=0, retry_on_timeout=False, serializer=OrjsonSerializer()
         )
 
     async def close(self) -> None:

@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install lint compose-check test run opensearch-start opensearch-stop bench
+.PHONY: install lint compose-check test run opensearch-start opensearch-stop bench reliability
 
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ $(VENV)/.bench-installed: $(VENV)/.installed requirements-bench.lock
 # All benchmarks in one run (starts the local OpenSearch itself); writes bench/results/ and docs/benchmarks.md.
 bench: $(VENV)/.bench-installed
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# The reliability modules at full size (bigger corpus, more identities and fuzz cases, 60 s soak); writes
+# docs/reliability.md. `make test` runs the same modules at CI size.
+reliability: install
+	ES_PROVIDER_HEAVY=1 ES_PROVIDER_RELIABILITY_REPORT=docs/reliability.md $(BIN)/pytest tests/integration/test_reliability_*.py
 
 opensearch-start:
 	scripts/opensearch-local start

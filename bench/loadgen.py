@@ -64,7 +64,36 @@ async def run_service(spec: dict[str, Any]) -> tuple[list[float], int, float]:
         return await drive(spec, one)
 
 
+async def paced(spec: dict[str, Any], one: Any) -> tuple[list[float], int, float]:
+    """Open loop: request i starts at i / rate seconds, whatever the answers do (a steady offered load)."""
+    rate, total = spec["rate"], spec["requests"]
+    latencies: list[float] = [float("nan")] * total
+    errors = 0
+    started = time.perf_counter()
+
+    async def timed(i: int) -> None:
+        nonlocal errors
+        begin = time.perf_counter()
+        try:
+            await one(i)
+        except Exception:
+            errors += 1
+            return
+        latencies[i] = (time.perf_counter() - begin) * 1000
+
+    tasks = []
+    for i in range(total):
+        delay = started + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(timed(i)))
+    await asyncio.gather(*tasks)
+    return latencies, errors, time.perf_counter() - started
+
+
 async def drive(spec: dict[str, Any], one: Any) -> tuple[list[float], int, float]:
+    if spec.get("rate"):
+        return await paced(spec, one)
     """(latencies of the measured requests, errors, seconds from the first measured request to the last answer)."""
     concurrency, total, warmup = spec["concurrency"], spec["requests"], spec.get("warmup", 0)
     latencies: list[float] = []
@@ -97,7 +126,9 @@ def main() -> None:
     spec = json.loads(open(sys.argv[1], encoding="utf-8").read())
     runner = run_direct if spec["mode"] == "direct" else run_service
     latencies, errors, elapsed = asyncio.run(runner(spec))
-    print(json.dumps({"latencies_ms": latencies, "errors": errors, "elapsed_s": elapsed}))
+    # In paced mode latencies keep request order (NaN where a request failed), so windows can be compared.
+    print(json.dumps({"latencies_ms": [None if x != x else x for x in latencies], "errors": errors,
+                      "elapsed_s": elapsed}))
 
 
 if __name__ == "__main__":

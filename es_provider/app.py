@@ -20,6 +20,7 @@ from es_provider.errors import ErrorCode, KnowledgeError
 from es_provider.idempotency import IdempotencyCache
 from es_provider.metrics import Metrics
 from es_provider.protocols import agentarts, dify, sparktide
+from es_provider.protocols.common import ERROR_CODE
 from es_provider.retrieval import Retriever
 from es_provider.service import SERVICES, Services
 
@@ -61,7 +62,7 @@ def _protocol_error(path: str, error: KnowledgeError) -> web.Response | None:
     for prefix, render in _ERROR_BODIES:
         if path.startswith(prefix):
             response = render(error)
-            response["code"] = error.code.value
+            response[ERROR_CODE] = error.code.value
             return response
     return None
 
@@ -93,7 +94,7 @@ def guard(metrics: Metrics, max_concurrency: int) -> Any:
             finally:
                 in_flight -= 1
                 metrics.in_flight.dec()
-        metrics.requests.labels(route, str(response.status), str(response.get("code", ""))).inc()
+        metrics.requests.labels(route, str(response.status), response.get(ERROR_CODE, "")).inc()
         metrics.latency.labels(route).observe(time.monotonic() - started)
         return response
 

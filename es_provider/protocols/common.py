@@ -15,6 +15,8 @@ from es_provider.protocols.body import check_content_type, parse_object, read_bo
 from es_provider.service import Services
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
+# The refusal code a response carries, for the request metrics (app.py).
+ERROR_CODE = web.ResponseKey("error_code", str)
 ErrorRenderer = Callable[[KnowledgeError], web.Response]
 
 
@@ -32,7 +34,7 @@ def guarded(render: ErrorRenderer, log: logging.Logger) -> Callable[[Handler], H
                 log.exception("unexpected failure on %s", request.path)
                 error = KnowledgeError(ErrorCode.UNAVAILABLE)
             response = render(error)
-            response["code"] = error.code.value  # for the request metrics (app.py)
+            response[ERROR_CODE] = error.code.value
             return response
 
         return wrapper

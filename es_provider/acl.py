@@ -102,8 +102,6 @@ _RULES: dict[Filter, tuple[Callable[[Identity], Clause], Callable[[Mapping[str, 
     Filter.SUBJECT: (_subject_clause, _subject_allows),
 }
 
-# Fields a hit's _source must carry for `visible` to judge it.
-SOURCE_FIELDS = (TENANT_FIELD, "acl")
 # Fields an index must map for each filter to be enforceable.
 REQUIRED_MAPPING = {
     Filter.TENANT: (TENANT_FIELD,),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from es_provider.acl import Filter, Identity
@@ -41,4 +41,3 @@ class Result:
     chunks: tuple[Chunk, ...]
     applied_filters: tuple[Filter, ...]
     dropped: int = 0  # hits OpenSearch returned that the re-check refused (security events)
-    extra: dict[str, Any] = field(default_factory=dict)

@@ -10,7 +10,6 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import orjson
@@ -315,11 +314,3 @@ class Engine:
             request_timeout=self._timeout_s,
         ):
             yield ok, item
-
-    @asynccontextmanager
-    async def translated(self) -> AsyncIterator[None]:
-        """For callers that drive the client through a helper (bulk): errors leave as domain errors."""
-        try:
-            yield
-        except Exception as exc:
-            raise map_error(exc) from exc

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from es_provider.errors import KnowledgeError, protocol_error
+from es_provider.errors import protocol_error
 
 MAX_DEPTH = 64
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -104,5 +104,3 @@ async def read_object(request: web.Request, max_bytes: int) -> tuple[bytes, dict
     raw = await read_body(request, max_bytes)
     return raw, parse_object(raw)
 
-
-__all__ = ["KnowledgeError", "check_content_type", "parse_object", "read_body", "read_object"]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import served
 from callbacks import ROUTE, body, headers
 from conftest import api_key, bearer, load_records, new_kb
 
@@ -26,19 +27,10 @@ FILES = Path(__file__).resolve().parent.parent / "fixtures" / "files"
 
 
 def write_config(tmp_path: Path, kb) -> Path:
-    path = tmp_path / "config.toml"
-    path.write_text(f"""
-[[knowledge]]
-id = "{kb.id}"
-name = "{kb.name}"
-versions = ["1.0.0"]
-alias = "{kb.alias}"
-mandatory_filters = ["TENANT", "SUBJECT"]
-top_k = 10
-secret_ref = "TEST_CALLBACK_KEY"
-apps = ["app-1"]
-""")
-    return path
+    entry = {"id": kb.id, "name": kb.name, "versions": ["1.0.0"], "alias": kb.alias,
+             "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 10, "secret_ref": "TEST_CALLBACK_KEY",
+             "apps": ["app-1"]}
+    return served.write_config(tmp_path / "config.toml", "http://127.0.0.1:9200", [entry])
 
 
 def cli(opensearch, *args: str, wait: bool = True) -> Any:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from es_provider.config import KnowledgeBase
+from es_provider.config import KnowledgeBase, Settings
+from es_provider.embedders import Embedder
 from es_provider.engine import Engine
+from es_provider.ingest.writer import add_vectors
+from es_provider.query import VECTOR_FIELD
 
 DEFAULT_MAPPINGS = Path(os.environ.get("ES_PROVIDER_MAPPINGS", Path(__file__).resolve().parent.parent / "mappings"))
 
@@ -18,15 +22,36 @@ class AdminError(Exception):
     """An index operation that cannot proceed; the message says why."""
 
 
-def load_index_body(mappings_dir: Path = DEFAULT_MAPPINGS, *, replicas: int | None = None) -> dict[str, Any]:
-    path = mappings_dir / "chunks.json"
+def _load(path: Path) -> dict[str, Any]:
     try:
         body: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise AdminError(f"cannot load {path}: {exc}") from None
-    if replicas is not None:
-        body.setdefault("settings", {}).setdefault("index", {})["number_of_replicas"] = replicas
     return body
+
+
+def load_index_body(
+    mappings_dir: Path = DEFAULT_MAPPINGS, *, replicas: int | None = None, dimensions: int | None = None
+) -> dict[str, Any]:
+    """chunks.json, plus (with `dimensions`) the k-NN setting and vector field of vector.json."""
+    body = _load(mappings_dir / "chunks.json")
+    index_settings = body.setdefault("settings", {}).setdefault("index", {})
+    if replicas is not None:
+        index_settings["number_of_replicas"] = replicas
+    if dimensions is not None:
+        vector = _load(mappings_dir / "vector.json")
+        index_settings.update(vector.get("settings", {}).get("index", {}))
+        field = dict(vector["mappings"]["properties"][VECTOR_FIELD], dimension=dimensions)
+        body.setdefault("mappings", {}).setdefault("properties", {})[VECTOR_FIELD] = field
+    return body
+
+
+def index_body(
+    settings: Settings, kb: KnowledgeBase, mappings_dir: Path = DEFAULT_MAPPINGS, *, replicas: int | None = None
+) -> dict[str, Any]:
+    """The index body for a knowledge base: with a vector field when it has an embedder."""
+    dimensions = settings.embedders[kb.embedder].dimensions if kb.embedder is not None else None
+    return load_index_body(mappings_dir, replicas=replicas, dimensions=dimensions)
 
 
 def _version_of(index: str, alias: str) -> int | None:
@@ -121,11 +146,47 @@ async def delete_document(engine: Engine, kb: KnowledgeBase, document_id: str) -
     return await engine.delete_by_query(kb.alias, {"term": {"document_id": document_id}}, refresh=True)
 
 
-async def reindex(engine: Engine, kb: KnowledgeBase, body: dict[str, Any], *, delete_old: bool = False) -> str:
+async def _copy_with_vectors(engine: Engine, source: str, dest: str, embedder: Embedder, batch: int = 64) -> int:
+    """Copies every chunk into `dest`, (re)computing its vector: how an existing knowledge base gains embeddings."""
+
+    async def actions() -> AsyncIterator[dict[str, Any]]:
+        pending: list[tuple[str, dict[str, Any]]] = []
+
+        async def flush() -> AsyncIterator[dict[str, Any]]:
+            await add_vectors([chunk for _, chunk in pending], embedder)
+            for doc_id, chunk in pending:
+                yield {"_op_type": "index", "_index": dest, "_id": doc_id, "_source": chunk}
+
+        async for hit in engine.scan(source):
+            pending.append((str(hit["_id"]), dict(hit.get("_source") or {})))
+            if len(pending) >= batch:
+                async for action in flush():
+                    yield action
+                pending = []
+        if pending:
+            async for action in flush():
+                yield action
+
+    failed = 0
+    async for ok, _ in engine.bulk(actions()):
+        failed += not ok
+    await engine.refresh(dest)
+    return failed
+
+
+async def reindex(
+    engine: Engine,
+    kb: KnowledgeBase,
+    body: dict[str, Any],
+    *,
+    delete_old: bool = False,
+    embedder: Embedder | None = None,
+) -> str:
     """Builds `<alias>-v<N+1>` from the current index, then moves the alias to it in one atomic action.
 
-    Queries keep running throughout: until the swap they read the old index, after it the new one. The old
-    index is kept unless `delete_old` (then it is deleted after the swap)."""
+    With an embedder, every chunk is embedded on the way (cached by content hash), so an existing knowledge base
+    gains or refreshes its vectors. Queries keep running throughout: until the swap they read the old index,
+    after it the new one. The old index is kept unless `delete_old` (then it is deleted after the swap)."""
     current = await engine.alias_targets(kb.alias)
     if not current:
         raise AdminError(f"knowledge base {kb.id} does not exist (no alias {kb.alias})")
@@ -133,9 +194,14 @@ async def reindex(engine: Engine, kb: KnowledgeBase, body: dict[str, Any], *, de
     index = f"{kb.alias}-v{(existing[-1] if existing else 0) + 1}"
     await engine.create_index(index, body)
     try:
-        result = await engine.reindex(kb.alias, index)
-        if result.get("failures"):
-            raise AdminError(f"reindex into {index} reported {len(result['failures'])} failure(s)")
+        if embedder is not None:
+            failed = await _copy_with_vectors(engine, kb.alias, index, embedder)
+            if failed:
+                raise AdminError(f"reindex into {index}: {failed} chunk(s) could not be written")
+        else:
+            result = await engine.reindex(kb.alias, index)
+            if result.get("failures"):
+                raise AdminError(f"reindex into {index} reported {len(result['failures'])} failure(s)")
     except BaseException:
         await engine.delete_index(index)
         raise

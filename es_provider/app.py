@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -12,11 +13,11 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from es_provider import openapi
+from es_provider import embedders, openapi
 from es_provider.auth import ReplayCache, load_credentials
 from es_provider.config import Settings
 from es_provider.engine import Engine
-from es_provider.errors import ErrorCode, KnowledgeError
+from es_provider.errors import ErrorCode, KnowledgeError, StartupError
 from es_provider.idempotency import IdempotencyCache
 from es_provider.metrics import Metrics
 from es_provider.protocols import agentarts, dify, sparktide
@@ -109,6 +110,33 @@ async def openapi_endpoint(request: web.Request) -> web.Response:
     return web.Response(body=request.app[OPENAPI], content_type="application/json")
 
 
+async def _close_all(models: Mapping[str, embedders.Cached]) -> None:
+    for model in models.values():
+        await model.close()
+
+
+async def require_knn(engine: Engine, settings: Settings) -> None:
+    """Vector and hybrid knowledge bases need the k-NN plugin on every node: without it the service does not
+    start (it never answers them with BM25 instead). Waits up to `opensearch.timeout_s` for OpenSearch to answer."""
+    names = ", ".join(kb.id for kb in settings.knowledge if kb.embedder is not None)
+    deadline = time.monotonic() + settings.opensearch.timeout_s
+    while True:
+        try:
+            available = await engine.knn_available()
+            break
+        except KnowledgeError as exc:
+            if time.monotonic() >= deadline:
+                raise StartupError(
+                    f"cannot check OpenSearch for the k-NN plugin that knowledge bases {names} need: {exc.detail}"
+                ) from None
+            await asyncio.sleep(1.0)
+    if not available:
+        raise StartupError(
+            f"OpenSearch has no k-NN plugin on every node, and knowledge bases {names} use embeddings "
+            "(vector/hybrid retrieval). Install the k-NN plugin, or remove their embedder and set retrieval = \"bm25\"."
+        )
+
+
 def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> web.Application:
     # Secrets are read now, so a missing one stops the service at start, naming the variable.
     credentials = load_credentials(settings, os.environ if environ is None else environ)
@@ -117,18 +145,30 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
     app[METRICS] = metrics
     app[OPENAPI] = orjson.dumps(openapi.document())
 
+    # Models load now too: a missing package or embedding key stops the service at start.
+    models = embedders.build_all(settings, os.environ if environ is None else environ)
+
     async def engine_context(app: web.Application) -> AsyncIterator[None]:
         engine = Engine(settings.opensearch.url, timeout_s=settings.opensearch.timeout_s, observe=metrics.engine_call)
+        try:
+            if settings.needs_knn():
+                await require_knn(engine, settings)
+        except BaseException:
+            await engine.close()
+            await _close_all(models)
+            raise
         app[ENGINE] = engine
         app[SERVICES] = Services(
             settings=settings,
             credentials=credentials,
-            retriever=Retriever(engine, pivot=settings.scoring.bm25_pivot, on_dropped=metrics.dropped_hits.inc),
+            retriever=Retriever(engine, scoring=settings.scoring, embedders=models,
+                                on_dropped=metrics.dropped_hits.inc),
             replays=ReplayCache(settings.server.signature_window_s),
             idempotency=IdempotencyCache(settings.server.idempotency_window_s),
         )
         yield
         await engine.close()
+        await _close_all(models)
 
     app.cleanup_ctx.append(engine_context)
     app.router.add_post("/agent/knowledge/{knowledge_id}/{version}", sparktide.handle)

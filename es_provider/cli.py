@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from es_provider import admin, logs
+from es_provider import admin, embedders, logs
 from es_provider.config import ConfigError, KnowledgeBase, Settings, load_settings
 from es_provider.engine import Engine
-from es_provider.errors import KnowledgeError
+from es_provider.errors import KnowledgeError, StartupError
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -40,12 +42,28 @@ async def _with_engine(settings: Settings, work: Callable[[Engine], Awaitable[in
         await engine.close()
 
 
+@contextlib.asynccontextmanager
+async def _embedder(settings: Settings, kb: KnowledgeBase) -> AsyncIterator[embedders.Cached | None]:
+    """The knowledge base's embedder (None without one), closed afterwards."""
+    if kb.embedder is None:
+        yield None
+        return
+    model = embedders.build(settings.embedders[kb.embedder], os.environ)
+    try:
+        yield model
+    finally:
+        await model.close()
+
+
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from aiohttp import web
 
     from es_provider.app import create_app
 
-    app = create_app(settings)
+    try:
+        app = create_app(settings)
+    except KnowledgeError as exc:  # e.g. an embedder that cannot load
+        return _fail(f"not started: {exc.detail or exc.safe_message}")
     loop = None
     if args.loop in ("auto", "uvloop"):
         try:
@@ -55,8 +73,13 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                 return _fail("--loop uvloop: uvloop is not installed")
         else:
             loop = uvloop.new_event_loop()
-    print(f"es-provider serving on http://{args.host}:{args.port} ({'uvloop' if loop else 'asyncio'})", flush=True)
-    web.run_app(app, host=args.host, port=args.port, access_log=None, print=None, loop=loop)
+    banner = f"es-provider serving on http://{args.host}:{args.port} ({'uvloop' if loop else 'asyncio'})"
+    try:
+        # aiohttp prints once the startup (engine, k-NN check) has succeeded and the port is bound.
+        web.run_app(app, host=args.host, port=args.port, access_log=None, loop=loop,
+                    print=lambda _: print(banner, flush=True))
+    except StartupError as exc:
+        return _fail(f"not started: {exc}")
     return 0
 
 
@@ -68,17 +91,18 @@ def cmd_kb(args: argparse.Namespace, settings: Settings) -> int:
                 print(orjson.dumps(await admin.describe(engine, kb)).decode())
             return 0
         kb = _kb(settings, args.kb)
-        if args.kb_command == "create":
-            body = admin.load_index_body(Path(args.mappings), replicas=args.replicas)
-            index = await admin.create(engine, kb, body, exist_ok=args.exist_ok)
-            print(f"knowledge base {kb.id}: alias {kb.alias} → {index}")
-            return 0
         if args.kb_command == "drop":
             dropped = await admin.drop(engine, kb)
             print(f"knowledge base {kb.id}: dropped {', '.join(dropped) or 'nothing'}")
             return 0
-        body = admin.load_index_body(Path(args.mappings), replicas=args.replicas)
-        index = await admin.reindex(engine, kb, body, delete_old=args.delete_old)
+        body = admin.index_body(settings, kb, Path(args.mappings), replicas=args.replicas)
+        if kb.embedder is not None and not await engine.knn_available():
+            return _fail(f"knowledge base {kb.id} has an embedder, but OpenSearch has no k-NN plugin on every node")
+        if args.kb_command == "create":
+            index = await admin.create(engine, kb, body, exist_ok=args.exist_ok)
+        else:
+            async with _embedder(settings, kb) as embedder:
+                index = await admin.reindex(engine, kb, body, delete_old=args.delete_old, embedder=embedder)
         print(f"knowledge base {kb.id}: alias {kb.alias} → {index}")
         return 0
 
@@ -99,7 +123,7 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     defaults = FileDefaults(tenant_id=args.tenant, subjects=tuple(args.subjects), groups=tuple(args.groups),
                             public=args.public, metadata=metadata)
     documents = collect(args.paths, defaults)
-    body = admin.load_index_body(Path(args.mappings))
+    body = admin.index_body(settings, kb, Path(args.mappings))
     interval = str(body.get("settings", {}).get("index", {}).get("refresh_interval", "1s"))
 
     async def work(engine: Engine) -> int:
@@ -118,8 +142,10 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
                 bar.set_postfix(chunks=chunks, refresh=False)
 
         try:
-            summary = await ingest(engine, kb, documents, chunk_size=args.chunk_size, overlap=args.overlap,
-                                   concurrency=args.concurrency, refresh_interval=interval, progress=progress)
+            async with _embedder(settings, kb) as embedder:
+                summary = await ingest(engine, kb, documents, chunk_size=args.chunk_size, overlap=args.overlap,
+                                       concurrency=args.concurrency, refresh_interval=interval, progress=progress,
+                                       embedder=embedder)
         finally:
             if bar is not None:
                 bar.close()

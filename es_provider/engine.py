@@ -16,7 +16,7 @@ import orjson
 from opensearchpy import AsyncOpenSearch
 from opensearchpy.exceptions import ConnectionError as OSConnectionError
 from opensearchpy.exceptions import ConnectionTimeout, NotFoundError, TransportError
-from opensearchpy.helpers import async_streaming_bulk
+from opensearchpy.helpers import async_scan, async_streaming_bulk
 from opensearchpy.serializer import JSONSerializer
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_before_delay, wait_exponential
 
@@ -51,6 +51,25 @@ def map_error(exc: BaseException) -> KnowledgeError:
             return KnowledgeError(ErrorCode.RATE_LIMITED, detail=f"engine rejected: {exc}")
         return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"engine error {status}: {exc}")
     return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"unexpected engine failure: {exc!r}")
+
+
+_SEARCH_FIELDS = "timed_out,_shards.failed,hits.hits._index,hits.hits._id,hits.hits._score,hits.hits._source"
+
+
+def _check_search(response: dict[str, Any]) -> None:
+    """A search response that is not a whole answer raises; a partial answer must never look complete."""
+    error = response.get("error")
+    if error is not None:
+        status = response.get("status")
+        kind = error.get("type") if isinstance(error, dict) else str(error)
+        if status == 429 or "rejected_execution" in str(kind):
+            raise KnowledgeError(ErrorCode.RATE_LIMITED, detail=f"engine rejected a search: {kind}")
+        raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"engine search error {status}: {kind}")
+    if response.get("timed_out"):
+        raise KnowledgeError(ErrorCode.TIMED_OUT, detail="OpenSearch reported timed_out")
+    shards = response.get("_shards") or {}
+    if shards.get("failed"):
+        raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{shards.get('failed')} shard(s) failed")
 
 
 class OrjsonSerializer(JSONSerializer):
@@ -119,35 +138,76 @@ class Engine:
 
     # --- search path ---
 
+    def _observed(self, started: float, ok: bool) -> None:
+        if self._observe is not None:
+            self._observe("search", time.monotonic() - started, ok)
+
     async def search(self, index: str, body: dict[str, Any], budget: Budget) -> dict[str, Any]:
         path = f"/{index}/_search"  # aliases are [a-z0-9_-] (config.py): nothing to escape
-        # Only what retrieval reads: less JSON to send and to parse.
-        params = {"filter_path": "timed_out,_shards.failed,hits.hits._index,hits.hits._id,hits.hits._score,"
-                                 "hits.hits._source"}
 
         async def run(left: float) -> dict[str, Any]:
             # Straight to the transport: the API method's parameter handling costs more than the call needs.
             response: dict[str, Any] = await self._client.transport.perform_request(
-                "POST", path, params=params, body=body, timeout=left
+                "POST", path, params={"filter_path": _SEARCH_FIELDS}, body=body, timeout=left
             )
             return response
 
         started = time.monotonic()
         try:
             response = await self._call(budget, run)
+            _check_search(response)
         except KnowledgeError:
-            if self._observe is not None:
-                self._observe("search", time.monotonic() - started, False)
+            self._observed(started, False)
             raise
-        if self._observe is not None:
-            self._observe("search", time.monotonic() - started, True)
-        if response.get("timed_out"):
-            raise KnowledgeError(ErrorCode.TIMED_OUT, detail="OpenSearch reported timed_out")
-        shards = response.get("_shards") or {}
-        if shards.get("failed"):
-            # Missing shards would make an incomplete answer look complete.
-            raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{shards.get('failed')} shard(s) failed")
+        self._observed(started, True)
         return response
+
+    async def msearch(self, index: str, bodies: list[dict[str, Any]], budget: Budget) -> list[dict[str, Any]]:
+        """Several searches in one round trip; any failed one fails the whole call (no partial answers)."""
+        path = f"/{index}/_msearch"
+        header = orjson.dumps({})
+        ndjson = b"".join(header + b"\n" + orjson.dumps(body) + b"\n" for body in bodies).decode("utf-8")
+        params = {"filter_path": ",".join(f"responses.{field}" for field in _SEARCH_FIELDS.split(",")) +
+                  ",responses.status,responses.error.type"}
+
+        async def run(left: float) -> dict[str, Any]:
+            response: dict[str, Any] = await self._client.transport.perform_request(
+                "POST", path, params=params, body=ndjson, headers={"content-type": "application/x-ndjson"},
+                timeout=left,
+            )
+            return response
+
+        started = time.monotonic()
+        try:
+            responses = (await self._call(budget, run)).get("responses")
+            if not isinstance(responses, list) or len(responses) != len(bodies):
+                raise KnowledgeError(ErrorCode.UNAVAILABLE, detail="msearch answered the wrong number of responses")
+            for response in responses:
+                _check_search(response)
+        except KnowledgeError:
+            self._observed(started, False)
+            raise
+        self._observed(started, True)
+        return responses
+
+    async def knn_available(self, budget: Budget | None = None) -> bool:
+        """Whether every node has the k-NN plugin (official image: "opensearch-knn"; local node: KNNPlugin)."""
+
+        async def run(left: float) -> bool:
+            response = await self._client.nodes.info(metric="plugins", request_timeout=left)
+            nodes = (response.get("nodes") or {}).values()
+            return bool(nodes) and all(
+                any("knn" in str(plugin.get("name", "")).lower() for plugin in node.get("plugins") or [])
+                for node in nodes
+            )
+
+        return await self._call(budget, run)
+
+    async def scan(self, index: str, *, page: int = 500) -> AsyncIterator[dict[str, Any]]:
+        """Every document of `index` (id and _source), in pages, under one point-in-time-free scroll."""
+        async for hit in async_scan(self._client, index=index, size=page, scroll="5m",
+                                    request_timeout=self._timeout_s, query={"query": {"match_all": {}}}):
+            yield hit
 
     async def mapped_fields(self, index: str, fields: tuple[str, ...], budget: Budget) -> set[str]:
         """Fields mapped in EVERY index behind `index` (a field missing from one index is not enforceable there)."""

@@ -66,3 +66,7 @@ def forbidden(detail: str | None = None) -> KnowledgeError:
 
 def protocol_error(message: str, *, status: int = 400, detail: str | None = None) -> KnowledgeError:
     return KnowledgeError(ErrorCode.PROTOCOL_ERROR, status=status, safe_message=message, detail=detail)
+
+
+class StartupError(Exception):
+    """The service must not start with this configuration; the message says why and what to do."""

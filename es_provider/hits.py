@@ -1,4 +1,4 @@
-"""Pure mapping of OpenSearch hits to neutral Chunks (score normalised, shape checked)."""
+"""Pure mapping of OpenSearch hits to neutral Chunks (shape checked; the score comes normalised, scores.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from es_provider.domain import Chunk
-from es_provider.scores import normalise_bm25
 
 
 class MalformedHit(ValueError):
@@ -17,7 +16,7 @@ def _optional_str(value: Any) -> str | None:
     return value if isinstance(value, str) and value != "" else None
 
 
-def to_chunk(hit: Mapping[str, Any], *, knowledge_id: str, pivot: float) -> Chunk:
+def to_chunk(hit: Mapping[str, Any], *, knowledge_id: str, score: float | None) -> Chunk:
     source = hit.get("_source")
     if not isinstance(source, dict | Mapping):
         raise MalformedHit("hit has no _source")
@@ -41,5 +40,5 @@ def to_chunk(hit: Mapping[str, Any], *, knowledge_id: str, pivot: float) -> Chun
         tenant_id=_optional_str(source.get("tenant_id")),
         source=dict(src) if isinstance(src, dict | Mapping) else {},
         metadata=dict(metadata) if isinstance(metadata, dict | Mapping) else {},
-        score=normalise_bm25(hit.get("_score"), pivot),
+        score=score,
     )

@@ -8,7 +8,7 @@ inside OpenSearch's boolean clause limit (1024) even for the longest valid query
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ MAX_QUERY_UNITS = 200
 MIN_EXTRA_CANDIDATES = 5
 MAX_CANDIDATES = 1024
 
+VECTOR_FIELD = "embedding"  # mappings/vector.json
 SOURCE_FIELDS = [
     "chunk_id", "document_id", "title", "content", "tenant_id", "acl", "source", "metadata",
 ]
@@ -63,21 +64,41 @@ def bounded_text(text: str, max_units: int = MAX_QUERY_UNITS) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SearchPlan:
-    body: dict[str, Any]
+    """The search bodies to run (one; or two, BM25 then kNN, for hybrid) and the permission filters they carry."""
+
+    bodies: tuple[dict[str, Any], ...]
     applied_filters: tuple[Filter, ...]
+
+    @property
+    def body(self) -> dict[str, Any]:
+        return self.bodies[0]
 
 
 def candidate_count(top_k: int) -> int:
     return min(MAX_CANDIDATES, top_k + max(MIN_EXTRA_CANDIDATES, top_k // 2))
 
 
-def build_search(
-    retrieval: Retrieval, *, timeout_ms: int, metadata_types: Mapping[str, str] | None = None
-) -> SearchPlan:
+def _filters(
+    retrieval: Retrieval, metadata_types: Mapping[str, str] | None
+) -> tuple[list[dict[str, Any]], tuple[Filter, ...]]:
     tagged = acl.permission_clauses(retrieval.identity, retrieval.filters)
     filters: list[dict[str, Any]] = [clause for _, clause in tagged]
     if retrieval.metadata is not None:
         filters.append(metadata.translate(retrieval.metadata, metadata_types or {}))
+    return filters, tuple(f for f, _ in tagged)
+
+
+def _envelope(size: int, timeout_ms: int, query: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "size": size,
+        "timeout": f"{max(1, timeout_ms)}ms",
+        "track_total_hits": False,
+        "_source": SOURCE_FIELDS,
+        "query": query,
+    }
+
+
+def _bm25_query(retrieval: Retrieval, filters: list[dict[str, Any]]) -> dict[str, Any]:
     query_text = bounded_text(retrieval.query)
     text = {
         "multi_match": {
@@ -87,11 +108,51 @@ def build_search(
             "tie_breaker": 0.5,
         }
     }
-    body: dict[str, Any] = {
-        "size": candidate_count(retrieval.top_k),
-        "timeout": f"{max(1, timeout_ms)}ms",
-        "track_total_hits": False,
-        "_source": SOURCE_FIELDS,
-        "query": {"bool": {"must": [text], "filter": filters}},
-    }
-    return SearchPlan(body=body, applied_filters=tuple(f for f, _ in tagged))
+    return {"bool": {"must": [text], "filter": filters}}
+
+
+def _knn_query(vector: Sequence[float], k: int, filters: list[dict[str, Any]]) -> dict[str, Any]:
+    knn: dict[str, Any] = {"vector": list(vector), "k": k}
+    if filters:
+        # Inside the kNN query the filter restricts the graph search itself (Lucene efficient filtering), so a
+        # user who may read 1 % of the chunks still gets k of them; the same filter outside is belt and braces.
+        knn["filter"] = {"bool": {"filter": filters}}
+    return {"bool": {"must": [{"knn": {VECTOR_FIELD: knn}}], "filter": filters}}
+
+
+def build_search(
+    retrieval: Retrieval, *, timeout_ms: int, metadata_types: Mapping[str, str] | None = None
+) -> SearchPlan:
+    """BM25: one bool query, the text in `must`, every permission and metadata clause in `filter`."""
+    filters, applied = _filters(retrieval, metadata_types)
+    body = _envelope(candidate_count(retrieval.top_k), timeout_ms, _bm25_query(retrieval, filters))
+    return SearchPlan(bodies=(body,), applied_filters=applied)
+
+
+def build_knn(
+    retrieval: Retrieval,
+    vector: Sequence[float],
+    *,
+    timeout_ms: int,
+    metadata_types: Mapping[str, str] | None = None,
+) -> SearchPlan:
+    """Vector: the k nearest chunks among those the filters allow."""
+    filters, applied = _filters(retrieval, metadata_types)
+    k = candidate_count(retrieval.top_k)
+    return SearchPlan(bodies=(_envelope(k, timeout_ms, _knn_query(vector, k, filters)),), applied_filters=applied)
+
+
+def build_hybrid(
+    retrieval: Retrieval,
+    vector: Sequence[float],
+    *,
+    depth: int,
+    timeout_ms: int,
+    metadata_types: Mapping[str, str] | None = None,
+) -> SearchPlan:
+    """Hybrid: the BM25 and the kNN search, each with the same filters, run together in one _msearch."""
+    filters, applied = _filters(retrieval, metadata_types)
+    size = min(MAX_CANDIDATES, max(depth, candidate_count(retrieval.top_k)))
+    bm25 = _envelope(size, timeout_ms, _bm25_query(retrieval, filters))
+    knn = _envelope(size, timeout_ms, _knn_query(vector, size, filters))
+    return SearchPlan(bodies=(bm25, knn), applied_filters=applied)

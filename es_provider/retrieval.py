@@ -1,20 +1,26 @@
-"""The protocol-neutral flow: build → search → re-check → normalise → threshold → cut."""
+"""The protocol-neutral flow: mode → (embed query) → build → search → fuse/normalise → re-check → threshold → cut."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from es_provider import acl
+from es_provider.config import RetrievalMode, ScoringSettings
 from es_provider.deadline import Budget
 from es_provider.domain import Chunk, Result, Retrieval
+from es_provider.embedders import Embedder
 from es_provider.engine import Engine
-from es_provider.errors import forbidden
+from es_provider.errors import ErrorCode, KnowledgeError, forbidden, protocol_error
+from es_provider.fusion import reciprocal_rank_fusion
 from es_provider.hits import MalformedHit, to_chunk
-from es_provider.query import build_search
+from es_provider.query import VECTOR_FIELD, bounded_text, build_hybrid, build_knn, build_search
+from es_provider.scores import normalise_bm25, normalise_cosine
 
 log = logging.getLogger("es_provider.retrieval")
 security_log = logging.getLogger("es_provider.security")
@@ -28,12 +34,47 @@ def alias_of_index(index: str) -> str:
     return _VERSION_SUFFIX.sub("", index)
 
 
+def resolve_mode(retrieval: Retrieval) -> tuple[RetrievalMode, str | None]:
+    """The retrieval mode and embedder for a request: the one asked for, or the one its knowledge bases share.
+
+    Never a silent fallback: a mode the knowledge bases cannot serve is refused."""
+    modes = {kb.retrieval for kb in retrieval.knowledge}
+    if retrieval.mode is not None:
+        mode = retrieval.mode
+    elif len(modes) == 1:
+        mode = next(iter(modes))
+    else:
+        raise protocol_error("the knowledge bases use different retrieval modes; search them separately")
+    if mode == "bm25":
+        return mode, None
+    embedders = {kb.embedder for kb in retrieval.knowledge}
+    if None in embedders:
+        raise protocol_error(f"retrieval mode {mode} needs knowledge bases with embeddings")
+    if len(embedders) != 1:
+        raise protocol_error("the knowledge bases use different embedders; search them separately")
+    return mode, next(iter(embedders))
+
+
+def scored_hits(
+    mode: RetrievalMode, responses: list[dict[str, Any]], *, pivot: float, rrf_k: int
+) -> list[tuple[Mapping[str, Any], float | None]]:
+    """Pure: the engine's responses → hits in answer order with their protocol scores (scores.py)."""
+    legs = [response.get("hits", {}).get("hits", []) for response in responses]
+    if mode == "hybrid":
+        return [(hit, score) for hit, score in reciprocal_rank_fusion(legs, k=rrf_k)]
+    if mode == "vector":
+        return [(hit, normalise_cosine(hit.get("_score"))) for hit in legs[0]]
+    return [(hit, normalise_bm25(hit.get("_score"), pivot)) for hit in legs[0]]
+
+
 async def retrieve(
     engine: Engine,
     retrieval: Retrieval,
     budget: Budget,
     *,
-    pivot: float,
+    scoring: ScoringSettings,
+    mode: RetrievalMode = "bm25",
+    vector: Sequence[float] | None = None,
     mapped: set[str] | None = None,
     metadata_types: Mapping[str, str] | None = None,
 ) -> Result:
@@ -41,7 +82,15 @@ async def retrieve(
         # E.g. an index without ACL fields: refuse rather than answer unfiltered content.
         raise forbidden(detail=f"index cannot enforce {[f.value for f in cannot]}")
     timeout_ms = int(budget.remaining(time.monotonic()) * 1000)
-    plan = build_search(retrieval, timeout_ms=timeout_ms, metadata_types=metadata_types)
+    if mode == "bm25":
+        plan = build_search(retrieval, timeout_ms=timeout_ms, metadata_types=metadata_types)
+    elif vector is None:
+        raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{mode} retrieval without a query vector")
+    elif mode == "vector":
+        plan = build_knn(retrieval, vector, timeout_ms=timeout_ms, metadata_types=metadata_types)
+    else:
+        plan = build_hybrid(retrieval, vector, depth=scoring.fusion_depth, timeout_ms=timeout_ms,
+                            metadata_types=metadata_types)
     missing = set(retrieval.filters) - set(plan.applied_filters)
     if missing:
         # Never answer with content when a required filter is not in the query that will run.
@@ -49,11 +98,14 @@ async def retrieve(
 
     by_alias = {kb.alias: kb for kb in retrieval.knowledge}
     index = ",".join(by_alias)
-    response = await engine.search(index, plan.body, budget)
+    if len(plan.bodies) == 1:
+        responses = [await engine.search(index, plan.body, budget)]
+    else:
+        responses = await engine.msearch(index, list(plan.bodies), budget)
 
     chunks: list[Chunk] = []
     dropped = 0
-    for hit in response.get("hits", {}).get("hits", []):
+    for hit, score in scored_hits(mode, responses, pivot=scoring.bm25_pivot, rrf_k=scoring.rrf_k):
         source = hit.get("_source") or {}
         if not acl.visible(source, retrieval.identity, plan.applied_filters):
             dropped += 1
@@ -69,7 +121,7 @@ async def retrieve(
             log.error("hit from an index outside the request", extra={"index": hit.get("_index")})
             continue
         try:
-            chunk = to_chunk(hit, knowledge_id=kb.id, pivot=pivot)
+            chunk = to_chunk(hit, knowledge_id=kb.id, score=score)
         except MalformedHit as exc:
             log.error("skipped malformed chunk: %s", exc, extra={"chunk_id": hit.get("_id")})
             continue
@@ -89,13 +141,15 @@ class Retriever:
         self,
         engine: Engine,
         *,
-        pivot: float,
+        scoring: ScoringSettings,
+        embedders: Mapping[str, Embedder] | None = None,
         mapping_ttl_s: float = 60.0,
         on_dropped: Callable[[int], None] | None = None,
     ) -> None:
         self._engine = engine
         self._on_dropped = on_dropped
-        self._pivot = pivot
+        self._scoring = scoring
+        self._embedders = dict(embedders or {})
         self._ttl = mapping_ttl_s
         self._mapped: dict[str, tuple[float, set[str]]] = {}
         self._metadata: dict[str, tuple[float, dict[str, str]]] = {}
@@ -105,7 +159,7 @@ class Retriever:
         cached = self._mapped.get(index)
         if cached is not None and cached[0] > now:
             return cached[1]
-        fields = await self._engine.mapped_fields(index, acl.ACL_FIELDS, budget)
+        fields = await self._engine.mapped_fields(index, (*acl.ACL_FIELDS, VECTOR_FIELD), budget)
         self._mapped[index] = (now + self._ttl, fields)
         return fields
 
@@ -119,12 +173,29 @@ class Retriever:
         self._metadata[index] = (now + min(self._ttl, 5.0), types)
         return types
 
+    async def _query_vector(self, embedder_name: str, query: str, budget: Budget) -> Sequence[float]:
+        embedder = self._embedders.get(embedder_name)
+        if embedder is None:
+            raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"embedder {embedder_name} is not loaded")
+        try:
+            async with asyncio.timeout(max(0.0, budget.remaining(time.monotonic()))):
+                return await embedder.query(bounded_text(query))
+        except TimeoutError:
+            raise KnowledgeError(ErrorCode.TIMED_OUT, detail="query embedding outlived the deadline") from None
+
     async def retrieve(self, retrieval: Retrieval, budget: Budget) -> Result:
+        mode, embedder_name = resolve_mode(retrieval)
         index = ",".join(kb.alias for kb in retrieval.knowledge)
-        mapped = await self._mapped_fields(index, budget) if retrieval.filters else None
+        mapped = await self._mapped_fields(index, budget) if retrieval.filters or embedder_name else None
+        if embedder_name is not None and mapped is not None and VECTOR_FIELD not in mapped:
+            # Configured for vectors but indexed without them: refuse rather than quietly answer with BM25.
+            raise KnowledgeError(ErrorCode.UNAVAILABLE,
+                                 detail=f"{index} has no {VECTOR_FIELD} field; run `es-provider kb reindex`")
         types = await self._metadata_types(index, budget) if retrieval.metadata is not None else None
+        vector = await self._query_vector(embedder_name, retrieval.query, budget) if embedder_name else None
         result = await retrieve(
-            self._engine, retrieval, budget, pivot=self._pivot, mapped=mapped, metadata_types=types
+            self._engine, retrieval, budget, scoring=self._scoring, mode=mode, vector=vector, mapped=mapped,
+            metadata_types=types,
         )
         if result.dropped and self._on_dropped is not None:
             self._on_dropped(result.dropped)

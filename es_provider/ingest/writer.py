@@ -9,6 +9,8 @@
   is reported per document, never dropped silently.
 - Only after a document's new chunks are all written are its stale chunks (a shorter new version) deleted, so a
   killed ingest leaves old or new chunks, and running it again converges on exactly the clean result.
+- With an embedder (vector/hybrid knowledge bases), chunks are embedded in batches while earlier batches are
+  being written; texts embedded before (same model) come from the embedder's content-hash cache.
 """
 
 from __future__ import annotations
@@ -16,16 +18,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tenacity import AsyncRetrying, RetryError, retry_if_result, stop_after_attempt, wait_exponential
 
 from es_provider.config import KnowledgeBase
+from es_provider.embedders import Embedder, passage_text
 from es_provider.engine import Engine
 from es_provider.ingest.chunker import chunk_id, split_text
 from es_provider.ingest.records import RecordError, SourceDocument
+from es_provider.query import VECTOR_FIELD
 
 LARGE_LOAD_DOCUMENTS = 500
 _TRANSIENT = frozenset({429, 500, 502, 503, 504})
@@ -85,6 +89,40 @@ def chunk_documents(doc: SourceDocument, *, size: int, overlap: int) -> list[dic
             chunk["tenant_id"] = record.tenant_id
         docs.append(chunk)
     return docs
+
+
+async def add_vectors(chunks: list[dict[str, Any]], embedder: Embedder) -> None:
+    """Sets each chunk's vector field; texts already embedded (same text, same model) come from the cache."""
+    vectors = await embedder.passages([passage_text(c.get("title"), c["content"]) for c in chunks])
+    for chunk, vector in zip(chunks, vectors, strict=True):
+        chunk[VECTOR_FIELD] = vector
+
+
+async def _chunked(
+    by_id: Mapping[str, SourceDocument],
+    ids: Sequence[str],
+    *,
+    size: int,
+    overlap: int,
+    embedder: Embedder | None,
+    batch: int = 64,
+) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    """(document id, its chunk documents) in order; with an embedder, chunks of several documents are embedded
+    together in batches of about `batch`."""
+    pending: list[tuple[str, list[dict[str, Any]]]] = []
+    waiting = 0
+    for position, doc_id in enumerate(ids):
+        chunks = chunk_documents(by_id[doc_id], size=size, overlap=overlap)
+        if embedder is None:
+            yield doc_id, chunks
+            continue
+        pending.append((doc_id, chunks))
+        waiting += len(chunks)
+        if waiting >= batch or position == len(ids) - 1:
+            await add_vectors([c for _, group in pending for c in group], embedder)
+            for item in pending:
+                yield item
+            pending, waiting = [], 0
 
 
 def _action(index: str, chunk: dict[str, Any]) -> dict[str, Any]:
@@ -147,6 +185,8 @@ async def ingest(
     refresh_interval: str = "1s",
     progress: Progress | None = None,
     retry_passes: int = 3,
+    embedder: Embedder | None = None,
+    embed_batch: int = 64,
 ) -> Summary:
     started = time.monotonic()
     summary = Summary()
@@ -158,8 +198,8 @@ async def ingest(
         by_id[doc.record.document_id] = doc  # a later record of the same document wins, as on a re-run
 
     async def actions(ids: Sequence[str]) -> AsyncIterator[dict[str, Any]]:
-        for doc_id in ids:
-            chunks = chunk_documents(by_id[doc_id], size=chunk_size, overlap=overlap)
+        async for doc_id, chunks in _chunked(by_id, ids, size=chunk_size, overlap=overlap, embedder=embedder,
+                                             batch=embed_batch):
             run.chunks_of[doc_id] = [c["chunk_id"] for c in chunks]
             for chunk in chunks:
                 run.document_of[chunk["chunk_id"]] = doc_id
@@ -176,7 +216,8 @@ async def ingest(
     try:
         await _workers(engine, run, actions(list(by_id)), concurrency, max_bytes)
         await _retry_transient(engine, run, by_id=by_id, chunk_size=chunk_size, overlap=overlap,
-                               concurrency=concurrency, max_bytes=max_bytes, passes=retry_passes)
+                               concurrency=concurrency, max_bytes=max_bytes, passes=retry_passes,
+                               embedder=embedder)
     finally:
         if large:
             restore = {"refresh_interval": refresh_interval, "translog.durability": "request"}
@@ -208,14 +249,15 @@ async def _retry_transient(
     concurrency: int,
     max_bytes: int,
     passes: int,
+    embedder: Embedder | None,
 ) -> None:
     def transient() -> list[str]:
         return sorted({run.document_of[c] for c, (status, _) in run.failed.items()
                        if (status in _TRANSIENT or not isinstance(status, int)) and c in run.document_of})
 
     async def resend(ids: list[str]) -> AsyncIterator[dict[str, Any]]:
-        for doc_id in ids:
-            for chunk in chunk_documents(by_id[doc_id], size=chunk_size, overlap=overlap):
+        async for _, chunks in _chunked(by_id, ids, size=chunk_size, overlap=overlap, embedder=embedder):
+            for chunk in chunks:
                 yield _action(run.index, chunk)
 
     if not transient():

@@ -16,7 +16,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from es_provider import acl, auth
-from es_provider.config import ApiKey, KnowledgeBase
+from es_provider.config import ApiKey, KnowledgeBase, RetrievalMode
 from es_provider.deadline import fixed_budget
 from es_provider.domain import Chunk, Retrieval
 from es_provider.errors import KnowledgeError, forbidden, protocol_error, unauthenticated
@@ -27,6 +27,9 @@ log = logging.getLogger("es_provider.agentarts")
 
 _UINT = re.compile(r"^[0-9]{1,6}$")
 NARROWING_KEYS = ("tenant_id", "subject_id")
+# `method` has one value ("doc": the knowledge base's own retrieval); extra_params may pick another per request.
+MODE_KEY = "retrieval_mode"
+MODES: tuple[RetrievalMode, ...] = ("bm25", "vector", "hybrid")
 
 
 class _Strict(BaseModel):
@@ -90,7 +93,7 @@ def readable(services: Services, key: ApiKey, ids: list[str]) -> list[KnowledgeB
 def narrowing(params: list[ExtraParam]) -> dict[str, str]:
     found: dict[str, str] = {}
     for param in params:
-        if param.key in NARROWING_KEYS:
+        if param.key in (*NARROWING_KEYS, MODE_KEY):
             if param.key in found:
                 raise protocol_error(f"extra_params names {param.key} more than once")
             found[param.key] = param.value
@@ -147,6 +150,9 @@ async def retrieve(request: web.Request) -> web.Response:
         raise protocol_error(f"invalid fields: {field_names(exc.errors())}") from None
     bases = readable(services, key, req.knowledge_base_ids)
     narrow = narrowing(req.extra_params)
+    mode = narrow.get(MODE_KEY)
+    if mode is not None and mode not in MODES:
+        raise protocol_error(f"extra_params {MODE_KEY} must be one of {', '.join(MODES)}")
     identity = auth.api_key_identity(
         services.settings, key, tenant_id=narrow.get("tenant_id"), subject_id=narrow.get("subject_id")
     )
@@ -157,6 +163,7 @@ async def retrieve(request: web.Request) -> web.Response:
         filters=acl.ordered(f for kb in bases for f in kb.mandatory_filters),
         top_k=req.top_k,
         score_threshold=req.search_threshold,
+        mode=next((m for m in MODES if m == mode), None),
     )
     budget = fixed_budget(services.settings.server.default_budget_ms, now_monotonic=time.monotonic())
     result = await services.retriever.retrieve(retrieval, budget)

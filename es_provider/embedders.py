@@ -93,6 +93,7 @@ class OpenAICompatible:
         assert settings.url is not None and settings.model is not None  # config.py guarantees both
         self._endpoint = settings.url.rstrip("/") + "/embeddings"
         self._model = settings.model
+        self._query_model = settings.query_model or settings.model
         self._settings = settings
         self._headers = {"Content-Type": "application/json"}
         if settings.key_ref:
@@ -107,8 +108,8 @@ class OpenAICompatible:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._settings.timeout_s))
         return self._session
 
-    async def _post(self, inputs: list[str]) -> list[Vector]:
-        body = {"model": self._model, "input": inputs, "encoding_format": "float"}
+    async def _post(self, model: str, inputs: list[str]) -> list[Vector]:
+        body = {"model": model, "input": inputs, "encoding_format": "float"}
         async with self._client().post(self._endpoint, json=body, headers=self._headers) as response:
             if response.status == 429 or response.status >= 500:
                 raise _Retryable(f"status {response.status}")
@@ -124,7 +125,7 @@ class OpenAICompatible:
             raise _unavailable(f"expected {len(inputs)} vectors of {self.dimensions} dimensions")
         return vectors
 
-    async def _embed(self, inputs: list[str]) -> list[Vector]:
+    async def _embed(self, model: str, inputs: list[str]) -> list[Vector]:
         def transient(exc: BaseException) -> bool:
             return isinstance(exc, _Retryable | aiohttp.ClientConnectionError)
 
@@ -136,7 +137,7 @@ class OpenAICompatible:
                 reraise=True,
             ):
                 with attempt:
-                    return await self._post(inputs)
+                    return await self._post(model, inputs)
         except KnowledgeError:
             raise
         except (aiohttp.ClientError, _Retryable) as exc:
@@ -148,11 +149,11 @@ class OpenAICompatible:
         vectors: list[Vector] = []
         size = self._settings.batch_size
         for start in range(0, len(texts), size):
-            vectors.extend(await self._embed([prefix + t for t in texts[start : start + size]]))
+            vectors.extend(await self._embed(self._model, [prefix + t for t in texts[start : start + size]]))
         return vectors
 
     async def query(self, text: str) -> Vector:
-        return (await self._embed([self._settings.query_prefix + text]))[0]
+        return (await self._embed(self._query_model, [self._settings.query_prefix + text]))[0]
 
     async def close(self) -> None:
         if self._session is not None:

@@ -27,9 +27,12 @@ def toml_value(value: Any) -> str:
 
 
 def write_config(path: Path, url: str, knowledge: list[dict[str, Any]], *, api_keys: list[dict[str, Any]] = (),
-                 principals: dict[str, list[str]] | None = None, server: dict[str, Any] | None = None) -> Path:
+                 principals: dict[str, list[str]] | None = None, server: dict[str, Any] | None = None,
+                 embedders: dict[str, dict[str, Any]] | None = None) -> Path:
     lines = ["[opensearch]", f"url = {toml_value(url)}", "", "[server]"]
     lines += [f"{k} = {toml_value(v)}" for k, v in (server or {}).items()]
+    for name, embedder in (embedders or {}).items():
+        lines += ["", f"[embedders.{name}]"] + [f"{k} = {toml_value(v)}" for k, v in embedder.items()]
     for kb in knowledge:
         lines += ["", "[[knowledge]]"] + [f"{k} = {toml_value(v)}" for k, v in kb.items()]
     for key in api_keys:

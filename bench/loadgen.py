@@ -5,7 +5,8 @@ service: sends a list of requests at a fixed concurrency and prints per-request 
 
 mode "direct": each body is an OpenSearch search body, sent with opensearch-py's async client.
 mode "service": each body is a SparkTide callback; executionId, Idempotency-Key and deadline are made fresh for
-every request, so the service's idempotency window never answers from memory.
+every request, so the service's idempotency window never answers from memory. With "protocol": "agentarts" each
+body is an AgentArts retrieve request, sent as it is.
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ async def run_service(spec: dict[str, Any]) -> tuple[list[float], int, float]:
 
         async def one(i: int) -> None:
             nonlocal counter
+            if spec.get("protocol") == "agentarts":  # bodies go as they are: AgentArts has no execution ids
+                async with session.post(url, data=orjson.dumps(bodies[i % len(bodies)]), headers=headers) as response:
+                    await response.read()
+                    if response.status != 200:
+                        raise RuntimeError(f"status {response.status}")
+                return
             counter += 1
             execution = f"lg-{time.monotonic_ns()}-{counter}"
             body = dict(bodies[i % len(bodies)])

@@ -86,9 +86,36 @@ def _plots(images: Path, quality: Any, latency: Any, ingest: Any, acl: Any) -> l
     return made
 
 
+def _semantic(semantic: dict[str, Any]) -> list[str]:
+    modes = semantic["modes"]
+    hybrid = modes["hybrid"]["ndcg_at_10"]
+    cost = semantic["embedding"]
+    lines = ["## 5. BM25, vector and hybrid retrieval (SciFact, one knowledge base, same run)", "",
+             "| mode | nDCG@10 | Recall@100 | p50 / p99 (ms), query embedded per request | p50 / p99 (ms), query "
+             "vector cached |", "|---|---|---|---|---|"]
+    for mode, row in modes.items():
+        timing, warm = row["latency"], row.get("latency_query_cached")
+        cached = f"{warm['p50_ms']:.1f} / {warm['p99_ms']:.1f}" if warm else "(no embedding)"
+        lines.append(f"| {mode} | {row['ndcg_at_10']:.4f} | {row['recall_at_100']:.4f} | "
+                     f"{timing['p50_ms']:.1f} / {timing['p99_ms']:.1f} | {cached} |")
+    lines += ["", f"- Target: hybrid nDCG@10 ≥ {semantic['target_hybrid_ndcg_at_10']}: {hybrid:.4f}, "
+                  f"{_verdict(hybrid >= semantic['target_hybrid_ndcg_at_10'])} (BM25 reference "
+                  f"{semantic['reference_bm25_ndcg_at_10']}).",
+              f"- Errors: {sum(row['latency']['errors'] for row in modes.values())}.",
+              f"- Embedding cost: {cost['model']} embeds {cost['passages_per_s']} SciFact passages/s and "
+              f"{cost['queries_per_s']} queries/s on this machine, so a cold run (empty cache) spends about "
+              f"{cost['cold_embedding_minutes']} minutes embedding the {cost['passages']} passages once; they are "
+              f"then cached by content hash. This run found {cost['cached_before_run']} of them cached and ingested "
+              f"{semantic['ingest_with_embeddings']['chunks']} chunks with vectors in "
+              f"{semantic['ingest_with_embeddings']['seconds']} s."]
+    lines += [f"- {k}: {v}" for k, v in semantic["settings"].items()] + [""]
+    return lines
+
+
 def render(results: Path, docs: Path) -> Path:
     quality, latency, ingest, acl = (_load(results, n) for n in ("quality", "latency", "ingest", "acl"))
-    any_result = quality or latency or ingest or acl
+    semantic = _load(results, "semantic")
+    any_result = quality or latency or ingest or acl or semantic
     info = any_result["machine"] if any_result else {}
     lines = ["# Benchmarks", "",
              "Produced by `make bench` (`python -m bench.run`) in one run on one machine; the numbers below are "
@@ -167,6 +194,8 @@ def render(results: Path, docs: Path) -> Path:
         lines += ["", f"- Target: ≤ 20 % at p50 through the service: {acl['service_p50_cost'] * 100:+.1f} %, "
                       f"{_verdict(acl['service_p50_cost'] <= acl['target_p50_cost'])}."]
         lines += [f"- {k}: {v}" for k, v in acl["settings"].items()] + [""]
+    if semantic:
+        lines += _semantic(semantic)
     for image in images:
         lines += [f"![{image}](img/{image})", ""]
     out = docs / "benchmarks.md"

@@ -10,6 +10,8 @@
             load generator in another process, at concurrency 1, 8 and 32, interleaved A B A B.
 4. acl      the same queries with permission filters on vs off, on an index where every chunk carries
             realistic ACLs (hundreds of subjects and groups).
+5. semantic BM25, vector and hybrid retrieval of one SciFact knowledge base side by side: quality and latency
+            per mode (bench/semantic.py).
 """
 
 from __future__ import annotations
@@ -249,7 +251,7 @@ def acl_cost(base: str, url: str, queries: list[str], rounds: int, requests: int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=scifact.DEFAULT_DATA, help="SciFact in the BEIR layout")
-    parser.add_argument("--sections", default="ingest,quality,latency,acl")
+    parser.add_argument("--sections", default="ingest,quality,latency,acl,semantic")
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds per measurement")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
@@ -267,7 +269,7 @@ def main() -> None:
     queries, qrels = scifact.test_queries(args.data)
     results: dict[str, Any] = {"machine": info}
 
-    print("1/4 ingest rate", flush=True)
+    print("1/5 ingest rate", flush=True)
     if "ingest" in sections:
         results["ingest"] = ingest_rate(config, records, url, rounds=max(2, args.rounds + 1))
         write_result("ingest", {"machine": info, **results["ingest"]})
@@ -276,16 +278,16 @@ def main() -> None:
 
     with service(config, url) as svc:
         if "quality" in sections:
-            print("2/4 quality", flush=True)
+            print("2/5 quality", flush=True)
             results["quality"] = asyncio.run(quality(svc.base, queries, qrels))
             write_result("quality", {"machine": info, **results["quality"]})
         if "latency" in sections:
-            print("3/4 latency", flush=True)
+            print("3/5 latency", flush=True)
             levels = [(1, 300, 30), (8, 1200, 100), (32, 2400, 200)]
             results["latency"] = latency(svc, url, list(queries.values()), levels, args.rounds, "asyncio loop")
     if "latency" in sections:
         with service(config, url, loop="uvloop") as svc:
-            print("3/4 latency (uvloop, for comparison)", flush=True)
+            print("3/5 latency (uvloop, for comparison)", flush=True)
             levels = [(1, 300, 30), (32, 2400, 200)]
             results["latency"]["uvloop"] = latency(svc, url, list(queries.values()), levels, args.rounds,
                                                    "uvloop")["levels"]
@@ -298,7 +300,7 @@ def main() -> None:
         write_result("latency", {"machine": info, **results["latency"]})
 
     if "acl" in sections:
-        print("4/4 permission cost", flush=True)
+        print("4/5 permission cost", flush=True)
         acl_file = work / "scifact-acl.jsonl"
         acl_records(args.data, acl_file)
         cli("kb", "drop", "--config", str(config), "--kb", "scifact-acl", url=url)
@@ -308,6 +310,13 @@ def main() -> None:
         with service(config, url) as svc:
             results["acl"] = acl_cost(svc.base, url, list(queries.values()), args.rounds, 300)
         write_result("acl", {"machine": info, **results["acl"]})
+
+    if "semantic" in sections:
+        print("5/5 semantic: bm25, vector, hybrid", flush=True)
+        from bench import semantic
+
+        results["semantic"] = semantic.run(work, records, url, queries, qrels, args.rounds)
+        write_result("semantic", {"machine": info, **results["semantic"]})
 
     results["total_seconds"] = round(time.monotonic() - started)
     from bench.report import render

@@ -75,7 +75,8 @@ class EmbedderSettings(_Strict):
     query_cache_size: int = Field(default=4096, ge=0, le=1_000_000)
     timeout_s: float = Field(default=60.0, gt=0)
     # Passage vectors by content hash, so re-ingesting or reindexing never embeds the same text twice.
-    cache_dir: str = "~/.cache/es-provider/embeddings"
+    # Default: $ES_PROVIDER_CACHE/embeddings, else ~/.cache/es-provider/embeddings.
+    cache_dir: str | None = None
 
     @model_validator(mode="after")
     def _complete(self) -> EmbedderSettings:

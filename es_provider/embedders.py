@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib.metadata
+import os
 import re
 import sqlite3
 import threading
@@ -200,6 +201,12 @@ class PassageCache:
             self._db.close()
 
 
+def cache_directory(settings: EmbedderSettings) -> Path:
+    if settings.cache_dir is not None:
+        return Path(settings.cache_dir).expanduser()
+    return Path(os.environ.get("ES_PROVIDER_CACHE", "~/.cache/es-provider")).expanduser() / "embeddings"
+
+
 class Cached:
     """An embedder with the passage cache (disk) and the query cache (memory, LRU)."""
 
@@ -207,7 +214,11 @@ class Cached:
         self.inner = inner
         self.name = inner.name
         self.dimensions = inner.dimensions
-        self._store = PassageCache(Path(settings.cache_dir).expanduser(), inner.name, inner.dimensions)
+        directory = cache_directory(settings)
+        try:
+            self._store = PassageCache(directory, inner.name, inner.dimensions)
+        except (OSError, sqlite3.Error) as exc:
+            raise _unavailable(f"cannot use the vector cache in {directory}: {exc}") from None
         self._queries: OrderedDict[str, Vector] = OrderedDict()
         self._query_cache_size = settings.query_cache_size
 

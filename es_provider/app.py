@@ -162,7 +162,7 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
             settings=settings,
             credentials=credentials,
             retriever=Retriever(engine, scoring=settings.scoring, embedders=models,
-                                on_dropped=metrics.dropped_hits.inc),
+                                on_dropped=metrics.dropped_hits.inc, on_embedded=metrics.embedding),
             replays=ReplayCache(settings.server.signature_window_s),
             idempotency=IdempotencyCache(settings.server.idempotency_window_s),
         )

@@ -1,5 +1,5 @@
 """Prometheus metrics, one registry per app (no process globals): requests by route/status/code, request and
-OpenSearch latency histograms, and the security counter of hits the permission re-check dropped."""
+OpenSearch and query-embedding latency histograms, and the security counter of hits the permission re-check dropped."""
 
 from __future__ import annotations
 
@@ -25,10 +25,18 @@ class Metrics:
             "es_provider_dropped_hits", "Hits OpenSearch returned that the permission re-check refused",
             registry=self.registry,
         )
+        self.embedding_latency = Histogram(
+            "es_provider_embedding_seconds", "Time to get the query vector (vector/hybrid), cache hits included",
+            ["outcome"],
+            buckets=_BUCKETS, registry=self.registry,
+        )
         self.in_flight = Gauge("es_provider_in_flight", "Requests being answered", registry=self.registry)
 
     def engine_call(self, operation: str, seconds: float, ok: bool) -> None:
         self.engine_latency.labels(operation, "ok" if ok else "error").observe(seconds)
+
+    def embedding(self, seconds: float, ok: bool) -> None:
+        self.embedding_latency.labels("ok" if ok else "error").observe(seconds)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

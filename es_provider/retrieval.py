@@ -145,9 +145,11 @@ class Retriever:
         embedders: Mapping[str, Embedder] | None = None,
         mapping_ttl_s: float = 60.0,
         on_dropped: Callable[[int], None] | None = None,
+        on_embedded: Callable[[float, bool], None] | None = None,
     ) -> None:
         self._engine = engine
         self._on_dropped = on_dropped
+        self._on_embedded = on_embedded
         self._scoring = scoring
         self._embedders = dict(embedders or {})
         self._ttl = mapping_ttl_s
@@ -177,11 +179,18 @@ class Retriever:
         embedder = self._embedders.get(embedder_name)
         if embedder is None:
             raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"embedder {embedder_name} is not loaded")
+        started = time.monotonic()
+        ok = False
         try:
-            async with asyncio.timeout(max(0.0, budget.remaining(time.monotonic()))):
-                return await embedder.query(bounded_text(query))
+            async with asyncio.timeout(max(0.0, budget.remaining(started))):
+                vector = await embedder.query(bounded_text(query))
+            ok = True
+            return vector
         except TimeoutError:
             raise KnowledgeError(ErrorCode.TIMED_OUT, detail="query embedding outlived the deadline") from None
+        finally:
+            if self._on_embedded is not None:
+                self._on_embedded(time.monotonic() - started, ok)
 
     async def retrieve(self, retrieval: Retrieval, budget: Budget) -> Result:
         mode, embedder_name = resolve_mode(retrieval)

@@ -91,6 +91,8 @@ async def test_hybrid_is_one_round_trip_through_every_protocol(engine, vkb, e5, 
     assert response.status == 200, answer
     assert answer["items"][0]["documentId"] == "feline" and len(answer["items"]) == 3
     assert len(proxy.requests) == 1 and "_msearch" in proxy.requests[0]
+    metrics = await (await client.get("/metrics")).text()
+    assert 'es_provider_embedding_seconds_count{outcome="ok"} 3.0' in metrics  # one per request
 
 
 async def test_modes_the_knowledge_base_cannot_serve_are_refused(engine, kb, client_for) -> None:

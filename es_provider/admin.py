@@ -12,7 +12,7 @@ from typing import Any
 from es_provider.config import KnowledgeBase, Settings
 from es_provider.embedders import Embedder
 from es_provider.engine import Engine
-from es_provider.ingest.writer import add_vectors
+from es_provider.ingest.writer import EMBED_BATCH, add_vectors
 from es_provider.query import VECTOR_FIELD
 
 DEFAULT_MAPPINGS = Path(os.environ.get("ES_PROVIDER_MAPPINGS", Path(__file__).resolve().parent.parent / "mappings"))
@@ -146,26 +146,25 @@ async def delete_document(engine: Engine, kb: KnowledgeBase, document_id: str) -
     return await engine.delete_by_query(kb.alias, {"term": {"document_id": document_id}}, refresh=True)
 
 
-async def _copy_with_vectors(engine: Engine, source: str, dest: str, embedder: Embedder, batch: int = 64) -> int:
+async def _copy_with_vectors(engine: Engine, source: str, dest: str, embedder: Embedder) -> int:
     """Copies every chunk into `dest`, (re)computing its vector: how an existing knowledge base gains embeddings."""
 
+    async def embedded(hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        chunks = [dict(hit.get("_source") or {}) for hit in hits]
+        await add_vectors(chunks, embedder)
+        return [{"_op_type": "index", "_index": dest, "_id": str(hit["_id"]), "_source": chunk}
+                for hit, chunk in zip(hits, chunks, strict=True)]
+
     async def actions() -> AsyncIterator[dict[str, Any]]:
-        pending: list[tuple[str, dict[str, Any]]] = []
-
-        async def flush() -> AsyncIterator[dict[str, Any]]:
-            await add_vectors([chunk for _, chunk in pending], embedder)
-            for doc_id, chunk in pending:
-                yield {"_op_type": "index", "_index": dest, "_id": doc_id, "_source": chunk}
-
+        pending: list[dict[str, Any]] = []
         async for hit in engine.scan(source):
-            pending.append((str(hit["_id"]), dict(hit.get("_source") or {})))
-            if len(pending) >= batch:
-                async for action in flush():
+            pending.append(hit)
+            if len(pending) >= EMBED_BATCH:
+                for action in await embedded(pending):
                     yield action
                 pending = []
-        if pending:
-            async for action in flush():
-                yield action
+        for action in await embedded(pending) if pending else []:
+            yield action
 
     failed = 0
     async for ok, _ in engine.bulk(actions()):

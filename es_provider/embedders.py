@@ -89,6 +89,10 @@ class _Retryable(Exception):
     pass
 
 
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, _Retryable | aiohttp.ClientConnectionError)
+
+
 class OpenAICompatible:
     def __init__(self, settings: EmbedderSettings, environ: Mapping[str, str]) -> None:
         assert settings.url is not None and settings.model is not None  # config.py guarantees both
@@ -127,12 +131,9 @@ class OpenAICompatible:
         return vectors
 
     async def _embed(self, model: str, inputs: list[str]) -> list[Vector]:
-        def transient(exc: BaseException) -> bool:
-            return isinstance(exc, _Retryable | aiohttp.ClientConnectionError)
-
         try:
             async for attempt in AsyncRetrying(
-                retry=retry_if_exception(transient),
+                retry=retry_if_exception(_transient),
                 stop=stop_after_attempt(3),
                 wait=wait_exponential(multiplier=0.2, max=2),
                 reraise=True,

@@ -54,6 +54,8 @@ def map_error(exc: BaseException) -> KnowledgeError:
 
 
 _SEARCH_FIELDS = "timed_out,_shards.failed,hits.hits._index,hits.hits._id,hits.hits._score,hits.hits._source"
+_MSEARCH_FIELDS = ",".join(f"responses.{field}" for field in _SEARCH_FIELDS.split(",")) + \
+    ",responses.status,responses.error.type"
 
 
 def _check_search(response: dict[str, Any]) -> None:
@@ -167,12 +169,10 @@ class Engine:
         path = f"/{index}/_msearch"
         header = orjson.dumps({})
         ndjson = b"".join(header + b"\n" + orjson.dumps(body) + b"\n" for body in bodies).decode("utf-8")
-        params = {"filter_path": ",".join(f"responses.{field}" for field in _SEARCH_FIELDS.split(",")) +
-                  ",responses.status,responses.error.type"}
-
         async def run(left: float) -> dict[str, Any]:
             response: dict[str, Any] = await self._client.transport.perform_request(
-                "POST", path, params=params, body=ndjson, headers={"content-type": "application/x-ndjson"},
+                "POST", path, params={"filter_path": _MSEARCH_FIELDS}, body=ndjson,
+                headers={"content-type": "application/x-ndjson"},
                 timeout=left,
             )
             return response

@@ -57,11 +57,11 @@ def resolve_mode(retrieval: Retrieval) -> tuple[RetrievalMode, str | None]:
 
 def scored_hits(
     mode: RetrievalMode, responses: list[dict[str, Any]], *, pivot: float, rrf_k: int
-) -> list[tuple[Mapping[str, Any], float | None]]:
+) -> Sequence[tuple[Mapping[str, Any], float | None]]:
     """Pure: the engine's responses → hits in answer order with their protocol scores (scores.py)."""
     legs = [response.get("hits", {}).get("hits", []) for response in responses]
     if mode == "hybrid":
-        return [(hit, score) for hit, score in reciprocal_rank_fusion(legs, k=rrf_k)]
+        return reciprocal_rank_fusion(legs, k=rrf_k)
     if mode == "vector":
         return [(hit, normalise_cosine(hit.get("_score"))) for hit in legs[0]]
     return [(hit, normalise_bm25(hit.get("_score"), pivot)) for hit in legs[0]]

@@ -42,6 +42,21 @@ def write_config(path: Path, url: str, knowledge: list[dict[str, Any]], *, api_k
     return path
 
 
+def wait_until_answering(url: str, process: subprocess.Popen[Any], seconds: float, log_path: Path | None = None) -> None:
+    """Polls `url` until it answers; fails at once if `process` exits, or after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            if process.poll() is not None:
+                tail = log_path.read_text()[-2000:] if log_path else ""
+                raise RuntimeError(f"process exited: {tail}") from None
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {seconds} s")
+
+
 class Served:
     def __init__(self, config: Path, env: dict[str, str], log_path: Path) -> None:
         self.port = free_port()
@@ -52,16 +67,7 @@ class Served:
             [sys.executable, "-m", "es_provider.cli", "serve", "--config", str(config), "--port", str(self.port)],
             env={**os.environ, **env}, stdout=self._log, stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.base}/healthz", timeout=1):
-                    return
-            except OSError:
-                if self.process.poll() is not None:
-                    raise RuntimeError(f"service exited: {log_path.read_text()[-2000:]}") from None
-                time.sleep(0.1)
-        raise RuntimeError("service did not start")
+        wait_until_answering(f"{self.base}/healthz", self.process, 20, log_path)
 
     def rss_kib(self) -> int:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():

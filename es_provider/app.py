@@ -14,6 +14,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from es_provider import embedders, openapi
+from es_provider.acl import Filter
+from es_provider.admission import Admission
 from es_provider.auth import ReplayCache, load_credentials
 from es_provider.config import Settings
 from es_provider.engine import Engine
@@ -68,38 +70,39 @@ def _protocol_error(path: str, error: KnowledgeError) -> web.Response | None:
     return None
 
 
-def guard(metrics: Metrics, max_concurrency: int) -> Any:
-    """One middleware for every request: sheds load beyond `max_concurrency` with 429, answers routing refusals
-    (unknown path, wrong method) in the protocol's own body, and records the request metrics."""
-    in_flight = 0
+def guard(metrics: Metrics) -> Any:
+    """One middleware for every request: answers routing refusals (unknown path, wrong method) in the protocol's
+    own body, and records the request metrics. Admission (admission.py) is the handlers' first step, once they know
+    the credential: a slot is taken only when the body is in, so /readyz and /healthz are never shed."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        nonlocal in_flight
         started = time.monotonic()
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else "unmatched"
-        if in_flight >= max_concurrency and route not in ("/healthz", "/metrics"):
-            shed = _protocol_error(request.path, KnowledgeError(ErrorCode.RATE_LIMITED))
-            response: web.StreamResponse = shed or web.Response(status=429, text="busy")
-        else:
-            in_flight += 1
-            metrics.in_flight.inc()
-            try:
-                response = await handler(request)
-            except web.HTTPException as exc:
-                refusal = _protocol_error(request.path, KnowledgeError(ErrorCode.PROTOCOL_ERROR, status=exc.status))
-                if exc.status < 400 or refusal is None:
-                    raise
-                response = refusal
-            finally:
-                in_flight -= 1
-                metrics.in_flight.dec()
+        try:
+            response: web.StreamResponse = await handler(request)
+        except web.HTTPException as exc:
+            refusal = _protocol_error(request.path, KnowledgeError(ErrorCode.PROTOCOL_ERROR, status=exc.status))
+            if exc.status < 400 or refusal is None:
+                raise
+            response = refusal
         metrics.requests.labels(route, str(response.status), response.get(ERROR_CODE, "")).inc()
         metrics.latency.labels(route).observe(time.monotonic() - started)
         return response
 
     return middleware
+
+
+def log_exposure(settings: Settings) -> None:
+    """Says at start which knowledge bases are read more widely than a tenant, so an operator sees it."""
+    for kb in settings.knowledge:
+        if kb.open_to_keys:
+            log.warning("knowledge base %s is open_to_keys: API keys read every tenant's chunks%s", kb.id,
+                        "" if Filter.SUBJECT in kb.mandatory_filters else " (and no SUBJECT filter applies)")
+        if not kb.mandatory_filters:
+            log.warning("knowledge base %s has no mandatory_filters: SparkTide callbacks are filtered only by the "
+                        "filters each request asks for (API keys still read within their tenants)", kb.id)
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:
@@ -141,7 +144,10 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
     # Secrets are read now, so a missing one stops the service at start, naming the variable.
     credentials = load_credentials(settings, os.environ if environ is None else environ)
     metrics = Metrics()
-    app = web.Application(middlewares=[guard(metrics, settings.server.max_concurrency)])
+    log_exposure(settings)
+    # A refused body (413, 408) is drained for at most a second before the connection closes (aiohttp's default
+    # of 10 s would keep a stalled sender's connection open twice as long as body_timeout_s allows).
+    app = web.Application(middlewares=[guard(metrics)], handler_args={"lingering_time": 1.0})
     app[METRICS] = metrics
     app[OPENAPI] = orjson.dumps(openapi.document())
 
@@ -163,8 +169,9 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
             credentials=credentials,
             retriever=Retriever(engine, scoring=settings.scoring, embedders=models,
                                 on_dropped=metrics.dropped_hits.inc, on_embedded=metrics.embedding),
-            replays=ReplayCache(settings.server.signature_window_s),
+            replays=ReplayCache(),
             idempotency=IdempotencyCache(settings.server.idempotency_window_s),
+            admission=Admission(settings.server, metrics),
         )
         yield
         await engine.close()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,22 +100,28 @@ def api_key_identity(
 
 
 class ReplayCache:
-    """Signatures seen within the window; a second use of one is a replay."""
+    """Signatures seen and still inside their window; a second use of one is a replay.
 
-    def __init__(self, window_s: float, max_entries: int = 100_000) -> None:
-        self._window_s = window_s
+    An entry lives until its own timestamp leaves the window (not "first use + window"): a callback signed for
+    the future cannot be replayed once its first use has expired."""
+
+    def __init__(self, max_entries: int = 100_000) -> None:
         self._max = max_entries
-        self._seen: OrderedDict[str, float] = OrderedDict()
+        self._seen: dict[str, float] = {}
 
-    def first_use(self, signature: str, now: float) -> bool:
-        while self._seen and next(iter(self._seen.values())) < now:
-            self._seen.popitem(last=False)
-        if signature in self._seen:
+    def first_use(self, signature: str, *, expires_at: float, now: float) -> bool:
+        if signature in self._seen and self._seen[signature] >= now:
             return False
         if len(self._seen) >= self._max:
-            self._seen.popitem(last=False)
-        self._seen[signature] = now + self._window_s
+            self._seen = {sig: until for sig, until in self._seen.items() if until >= now}
+            if len(self._seen) >= self._max:
+                # Full of live entries: refuse rather than forget one (forgetting would allow its replay).
+                return False
+        self._seen[signature] = expires_at
         return True
+
+
+_TIMESTAMP = re.compile(r"[0-9]{1,16}", re.ASCII)
 
 
 def verify_signature(
@@ -125,20 +131,23 @@ def verify_signature(
     signature: str | None,
     body: bytes,
     window_s: float,
+    future_skew_s: float,
     replays: ReplayCache,
     now: float | None = None,
 ) -> bool:
-    """HMAC-SHA256 over `timestamp + "." + body` (hex), with a timestamp window and one use per signature."""
-    if not timestamp or not signature or not timestamp.isdigit() or len(timestamp) > 16:
+    """HMAC-SHA256 over `timestamp + "." + body` (hex), with a timestamp window and one use per signature.
+
+    Timestamps are ASCII digits only (`"¹⁷".isdigit()` is true in Python, so isdigit() is not enough)."""
+    if not timestamp or not signature or _TIMESTAMP.fullmatch(timestamp) is None:
         return False
     now = time.time() if now is None else now
     # Timestamps in seconds or milliseconds are both common; accept either.
     ts = int(timestamp)
     ts_s = ts / 1000.0 if ts > 10**11 else float(ts)
-    if abs(now - ts_s) > window_s:
+    if now - ts_s > window_s or ts_s - now > future_skew_s:
         return False
     expected = hmac.new(secret, timestamp.encode("ascii") + b"." + body, hashlib.sha256).hexdigest()
     presented = signature.strip().lower().removeprefix("sha256=")
     if not hmac.compare_digest(expected.encode("ascii"), presented.encode("utf-8", "surrogateescape")):
         return False
-    return replays.first_use(presented, now)
+    return replays.first_use(presented, expires_at=ts_s + window_s, now=now)

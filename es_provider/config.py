@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from es_provider.acl import Filter
+from es_provider.acl import Filter, ordered
 
 Ident = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+$")]
 # Enum members are given as their names (strings), so this one field is validated leniently.
@@ -40,8 +40,18 @@ class ServerSettings(_Strict):
     default_budget_ms: int = Field(default=4000, ge=100)
     idempotency_window_s: float = Field(default=300.0, ge=0)
     signature_window_s: float = Field(default=300.0, gt=0)
-    # Requests answered at once; one more is refused at once with 429 (rate limited) instead of queueing.
+    # Requests answered at once (counted once their body is in); one more is refused at once with 429 instead of
+    # queueing. Each credential (callback secret or API key) may hold at most `max_concurrency_per_key` of them, so
+    # one caller cannot starve the others.
     max_concurrency: int = Field(default=128, ge=1, le=100_000)
+    max_concurrency_per_key: int = Field(default=32, ge=1, le=100_000)
+    # Of those, how many run at once (about the engine's search threads); the others wait for a turn, and turns go
+    # round-robin across credentials so a flooding caller's backlog never sits in front of another caller.
+    active_requests: int = Field(default=16, ge=1, le=100_000)
+    # A body must arrive whole within this time; a slower sender is cut off (408) and counted.
+    body_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    # A signed callback's timestamp may lie at most this far in the future (clock skew between the two hosts).
+    signature_future_skew_s: float = Field(default=30.0, ge=0, le=300)
 
 
 class ScoringSettings(_Strict):
@@ -106,6 +116,15 @@ class KnowledgeBase(_Strict):
     retrieval: RetrievalMode = "bm25"
     # The [embedders.<name>] that embeds its chunks and queries; required for vector and hybrid.
     embedder: Ident | None = None
+    # API keys (AgentArts, Dify) always read within their tenants, whatever `mandatory_filters` says; true lets
+    # them read every tenant's chunks here (SUBJECT still applies where mandated). Listed in the start-up log.
+    open_to_keys: bool = False
+
+    def key_filters(self) -> tuple[Filter, ...]:
+        """The filters an API-key request enforces here: the key's tenant scope always (unless `open_to_keys`),
+        plus every mandatory filter. `mandatory_filters` is SparkTide's registration; a key's scope is its identity."""
+        tenant = () if self.open_to_keys else (Filter.TENANT,)
+        return ordered([*tenant, *self.mandatory_filters])
 
     @model_validator(mode="after")
     def _legacy_cannot_filter(self) -> KnowledgeBase:

@@ -68,5 +68,9 @@ def protocol_error(message: str, *, status: int = 400, detail: str | None = None
     return KnowledgeError(ErrorCode.PROTOCOL_ERROR, status=status, safe_message=message, detail=detail)
 
 
+class ClientDisconnected(Exception):
+    """The caller went away before its request was in: nobody to answer, nothing failed on our side."""
+
+
 class StartupError(Exception):
     """The service must not start with this configuration; the message says why and what to do."""

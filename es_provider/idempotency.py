@@ -1,11 +1,20 @@
-"""Answers kept per executionId for a window, so a retried callback gets the same answer without a second search."""
+"""Answers kept per executionId for a window, so a retried callback gets the same answer without a second search.
+
+One executionId is answered once: a duplicate that arrives while the first is still being answered waits for
+that answer instead of searching again; the same executionId with a different request is refused (422), whether
+the first is finished or still running.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from es_provider.errors import ErrorCode, KnowledgeError
+
+Key = tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,30 +24,70 @@ class _Entry:
     expires_at: float
 
 
+def _reused() -> KnowledgeError:
+    return KnowledgeError(ErrorCode.REQUEST_REJECTED, detail="executionId reused for a different request")
+
+
 class IdempotencyCache:
     def __init__(self, window_s: float, max_entries: int = 10_000) -> None:
         self._window_s = window_s
         self._max = max_entries
-        self._entries: OrderedDict[tuple[str, ...], _Entry] = OrderedDict()
+        self._entries: OrderedDict[Key, _Entry] = OrderedDict()
+        self._running: dict[Key, tuple[bytes, asyncio.Future[bytes]]] = {}
 
     def _expire(self, now: float) -> None:
         while self._entries and next(iter(self._entries.values())).expires_at <= now:
             self._entries.popitem(last=False)
 
-    def get(self, key: tuple[str, ...], fingerprint: bytes, now: float) -> bytes | None:
+    def get(self, key: Key, fingerprint: bytes, now: float) -> bytes | None:
         """The stored answer for `key`; refuses (422) the same executionId carrying a different request."""
         self._expire(now)
         entry = self._entries.get(key)
         if entry is None:
             return None
         if entry.fingerprint != fingerprint:
-            raise KnowledgeError(ErrorCode.REQUEST_REJECTED, detail="executionId reused for a different request")
+            raise _reused()
         return entry.body
 
-    def put(self, key: tuple[str, ...], fingerprint: bytes, body: bytes, now: float) -> None:
+    def put(self, key: Key, fingerprint: bytes, body: bytes, now: float) -> None:
         if self._window_s <= 0:
             return
         self._expire(now)
         if len(self._entries) >= self._max:
             self._entries.popitem(last=False)
         self._entries[key] = _Entry(fingerprint, body, now + self._window_s)
+
+    async def once(
+        self, key: Key, fingerprint: bytes, answer: Callable[[], Awaitable[bytes]], clock: Callable[[], float]
+    ) -> bytes:
+        """The answer for `key`: stored, awaited from the request already computing it, or computed now.
+
+        A failed first attempt stores nothing; a waiting duplicate then computes the answer itself."""
+        while True:
+            stored = self.get(key, fingerprint, clock())
+            if stored is not None:
+                return stored
+            running = self._running.get(key)
+            if running is None:
+                break
+            if running[0] != fingerprint:
+                raise _reused()
+            try:
+                return await asyncio.shield(running[1])
+            except KnowledgeError:
+                continue  # the first attempt failed: try again (as the first, if nobody else took over)
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._running[key] = (fingerprint, future)
+        try:
+            body = await answer()
+        except BaseException as exc:
+            failure = exc if isinstance(exc, KnowledgeError) else KnowledgeError(ErrorCode.UNAVAILABLE)
+            future.set_exception(failure)
+            future.exception()  # retrieved here, so an unawaited failure is not reported as "never retrieved"
+            raise
+        else:
+            future.set_result(body)
+            self.put(key, fingerprint, body, clock())
+            return body
+        finally:
+            del self._running[key]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import re
 import time
 from typing import Any
 
@@ -36,6 +37,26 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False)
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def escape_controls(text: str) -> str:
+    """Control characters (newlines included) as visible escapes, so a value from a request cannot start a forged
+    log line."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else
+                        f"\\u{ord(m.group()):04x}", text)
+
+
+class TextFormatter(logging.Formatter):
+    """Plain lines (`--log-format text`): one line per record; the message's control characters are escaped.
+    (JSON lines escape them by construction.) A traceback, written by us, keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        safe = logging.makeLogRecord(record.__dict__)
+        safe.message = escape_controls(record.message)
+        return super().formatMessage(safe)
+
+
 class ClientFaultFilter(logging.Filter):
     """aiohttp logs a malformed HTTP request (a client's fault, already answered 400) with a traceback; keep
     one plain line instead."""
@@ -54,7 +75,7 @@ class ClientFaultFilter(logging.Filter):
 
 def configure(fmt: str = "json", level: int = logging.INFO) -> None:
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter(
         "%(asctime)s %(levelname)s %(name)s %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -30,7 +30,12 @@ class Metrics:
             ["outcome"],
             buckets=_BUCKETS, registry=self.registry,
         )
-        self.in_flight = Gauge("es_provider_in_flight", "Requests being answered", registry=self.registry)
+        self.in_flight = Gauge("es_provider_in_flight", "Requests holding a concurrency slot (their body is in)",
+                               registry=self.registry)
+        self.slow_bodies = Counter(
+            "es_provider_slow_bodies", "Requests cut off because their body did not arrive within body_timeout_s",
+            registry=self.registry,
+        )
 
     def engine_call(self, operation: str, seconds: float, ok: bool) -> None:
         self.engine_latency.labels(operation, "ok" if ok else "error").observe(seconds)

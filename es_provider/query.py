@@ -32,14 +32,19 @@ SOURCE_FIELDS = [
     "chunk_id", "document_id", "title", "content", "tenant_id", "acl", "source", "metadata",
 ]
 
-# A "unit" is a run of letters/digits (one word) or a single CJK/other non-space character.
-_UNIT = re.compile(r"[^\W_]+|\S", re.UNICODE)
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
-
-
-def _units(word: str) -> int:
-    cjk = len(_CJK.findall(word))
-    return cjk + (1 if len(word) > cjk else 0)
+# Characters the analyzers turn into one term each (the standard tokenizer emits every ideograph and kana alone,
+# the cjk analyzer one bigram per character, Hangul included): Hangul Jamo, CJK radicals to Yi, Hangul syllables,
+# compatibility ideographs and forms, half/full-width forms, Tangut, Khitan, kana supplements, Nushu, enclosed
+# ideographs, and the supplementary ideographic planes (Extension B onwards). Counting one unit per character of
+# these, and one per run of other letters/digits, never counts fewer units than the terms OpenSearch produces.
+_CJK_CLASS = (
+    "\u1100-\u11ff\u2e80-\ua4cf\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef"
+    "\U00016fe0-\U00018cff\U0001aff0-\U0001b2ff\U0001f200-\U0001f2ff\U00020000-\U0003ffff"
+)
+_CJK = re.compile(f"[{_CJK_CLASS}]")
+# A unit: one CJK character, a run of other letters/digits (one word; the standard tokenizer cuts words at 255
+# characters, so a longer run is several units), or any other single non-space character.
+_UNIT = re.compile(f"[{_CJK_CLASS}]|[^\\W_{_CJK_CLASS}]{{1,255}}|\\S")
 
 
 def text_fields(text: str) -> tuple[str, ...]:
@@ -47,17 +52,11 @@ def text_fields(text: str) -> tuple[str, ...]:
 
 
 def bounded_text(text: str, max_units: int = MAX_QUERY_UNITS) -> str:
-    """The longest prefix of `text` holding at most `max_units` words or CJK characters."""
-    used = 0
+    """The longest prefix of `text` holding at most `max_units` units (words, CJK characters, other symbols)."""
     end = 0
-    for match in _UNIT.finditer(text):
-        cost = _units(match.group())
-        if used + cost > max_units:
-            if cost > 1 and used < max_units:
-                # A long CJK run: keep as many characters of it as still fit.
-                end = match.start() + (max_units - used)
+    for used, match in enumerate(_UNIT.finditer(text)):
+        if used == max_units:
             break
-        used += cost
         end = match.end()
     return text[:end]
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from es_provider.admission import Admission
 from es_provider.auth import Credentials, ReplayCache
 from es_provider.config import Settings
 from es_provider.idempotency import IdempotencyCache
@@ -19,6 +20,7 @@ class Services:
     retriever: Retriever
     replays: ReplayCache
     idempotency: IdempotencyCache
+    admission: Admission
 
 
 SERVICES = web.AppKey("services", Services)

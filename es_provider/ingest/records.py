@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from es_provider.strictjson import StrictJsonError, loads_object
 
 Key = Annotated[str, Field(min_length=1, max_length=512)]
 
@@ -86,9 +87,10 @@ class RecordError(ValueError):
 
 def parse_record(line: bytes | str, where: str) -> DocumentRecord:
     try:
-        data = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        raise RecordError(where, "not valid JSON") from None
+        data = loads_object(line)
+    except StrictJsonError as exc:
+        # Duplicate keys included: `"tenant_id": "team-b", …, "tenant_id": ""` must not quietly pick one.
+        raise RecordError(where, f"record {exc}") from None
     try:
         return DocumentRecord.model_validate(data)
     except ValidationError as exc:

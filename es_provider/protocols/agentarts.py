@@ -119,6 +119,11 @@ def render_chunk(chunk: Chunk) -> dict[str, Any]:
 async def list_knowledge_bases(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     key = _key(request, services)
+    async with services.admission.slot(f"key:{key.key_ref}"):
+        return await _list(request, services, key)
+
+
+async def _list(request: web.Request, services: Services, key: ApiKey) -> web.Response:
     names = request.query.getall("name", [])
     if len(names) > 1 or (names and len(names[0]) > 64):
         raise protocol_error("name must be one string of at most 64 characters")
@@ -144,6 +149,11 @@ async def retrieve(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     key = _key(request, services)
     data = await read_json(request, services)
+    async with services.admission.slot(f"key:{key.key_ref}"):
+        return await _retrieve(services, key, data)
+
+
+async def _retrieve(services: Services, key: ApiKey, data: dict[str, Any]) -> web.Response:
     try:
         req = RetrieveRequest.model_validate(data)
     except ValidationError as exc:
@@ -160,7 +170,7 @@ async def retrieve(request: web.Request) -> web.Response:
         knowledge=tuple(bases),
         query=req.query,
         identity=identity,
-        filters=acl.ordered(f for kb in bases for f in kb.mandatory_filters),
+        filters=acl.ordered(f for kb in bases for f in kb.key_filters()),
         top_k=req.top_k,
         score_threshold=req.search_threshold,
         mode=next((m for m in MODES if m == mode), None),

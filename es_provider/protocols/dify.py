@@ -11,12 +11,13 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from es_provider import acl, auth, metadata
+from es_provider import auth, metadata
+from es_provider.config import ApiKey
 from es_provider.deadline import fixed_budget
 from es_provider.domain import Chunk, Retrieval
 from es_provider.errors import ErrorCode, KnowledgeError, protocol_error
 from es_provider.protocols.common import field_names, guarded, read_json
-from es_provider.service import SERVICES
+from es_provider.service import SERVICES, Services
 
 log = logging.getLogger("es_provider.dify")
 
@@ -98,6 +99,11 @@ async def retrieval(request: web.Request) -> web.Response:
     if key is None:
         raise authorization_failed()
     data = await read_json(request, services)
+    async with services.admission.slot(f"key:{key.key_ref}"):
+        return await _retrieve(services, key, data)
+
+
+async def _retrieve(services: Services, key: ApiKey, data: dict[str, Any]) -> web.Response:
     try:
         req = RetrievalRequest.model_validate(data)
     except ValidationError as exc:
@@ -118,7 +124,7 @@ async def retrieval(request: web.Request) -> web.Response:
         knowledge=(kb,),
         query=req.query,
         identity=auth.api_key_identity(services.settings, key),
-        filters=acl.ordered(kb.mandatory_filters),
+        filters=kb.key_filters(),
         top_k=min(setting.top_k or kb.top_k, MAX_TOP_K),
         score_threshold=setting.score_threshold,
         metadata=conditions,

@@ -23,9 +23,9 @@ from es_provider.domain import Result, Retrieval
 from es_provider.errors import KnowledgeError, forbidden, protocol_error, unauthenticated
 from es_provider.logs import REQUEST_IDS
 from es_provider.protocols import sparktide_items as items
-from es_provider.protocols.body import check_content_type, parse_object, read_body
+from es_provider.protocols.body import check_content_type, parse_object
 from es_provider.protocols.common import field_names, guarded
-from es_provider.service import SERVICES
+from es_provider.service import SERVICES, Services
 
 log = logging.getLogger("es_provider.sparktide")
 
@@ -147,23 +147,32 @@ async def handle(request: web.Request) -> web.Response:
         raise forbidden("knowledge base unknown, unpublished or not bound to this credential")
 
     check_content_type(request)
-    raw = await read_body(request, settings.server.max_body_bytes)
+    raw = await services.admission.body(request)
+    async with services.admission.slot(f"callback:{kb.id}"):
+        return await _answer(request, services, kb, version, raw)
+
+
+async def _answer(
+    request: web.Request, services: Services, kb: KnowledgeBase, version: str, raw: bytes
+) -> web.Response:
+    settings = services.settings
     if kb.signature and not auth.verify_signature(
         services.credentials.callback_secrets[kb.id],
         timestamp=request.headers.get("X-Knowledge-Timestamp"),
         signature=request.headers.get("X-Knowledge-Signature"),
         body=raw,
         window_s=settings.server.signature_window_s,
+        future_skew_s=settings.server.signature_future_skew_s,
         replays=services.replays,
     ):
-        raise unauthenticated("signature missing, expired, invalid or replayed")
+        raise unauthenticated("signature missing, malformed, expired, from the future, invalid or replayed")
     data = parse_object(raw)
     req = parse_request(data)
     # Every log line of this request carries the platform's ids (logs.py).
     REQUEST_IDS.set({"runId": req.runId, "traceId": req.traceId, "executionId": req.executionId})
     check_consistency(
         req,
-        knowledge_id=knowledge_id,
+        knowledge_id=kb.id,
         version=version,
         idempotency_key=request.headers.get("Idempotency-Key"),
         mandatory=kb.mandatory_filters,
@@ -186,18 +195,19 @@ async def handle(request: web.Request) -> web.Response:
         filters=ordered([*kb.mandatory_filters, *req.filters.required]),
         top_k=min(req.topK, kb.top_k),
     )
-    key = (kb.id, version, req.appId, req.executionId)
-    request_print = fingerprint(data)
-    now = time.monotonic()
-    cached = services.idempotency.get(key, request_print, now)
-    if cached is not None:
-        return web.Response(body=cached, content_type="application/json")
 
-    result = await services.retriever.retrieve(retrieval, budget)
-    if result.dropped:
-        log.warning("permission re-check dropped %d hit(s)", result.dropped, extra={"executionId": req.executionId})
-    body, problems = render_answer(result, legacy=kb.protocol == "legacy")
-    for problem in problems:
-        log.warning("result item: %s", problem, extra={"executionId": req.executionId})
-    services.idempotency.put(key, request_print, body, time.monotonic())
+    async def search() -> bytes:
+        result = await services.retriever.retrieve(retrieval, budget)
+        if result.dropped:
+            log.warning("permission re-check dropped %d hit(s)", result.dropped,
+                        extra={"executionId": req.executionId})
+        body, problems = render_answer(result, legacy=kb.protocol == "legacy")
+        for problem in problems:
+            log.warning("result item: %s", problem, extra={"executionId": req.executionId})
+        return body
+
+    # One executionId per knowledge base and version is answered once (a platform may ask several knowledge
+    # bases within one execution): a retry, or a duplicate still in flight, gets the same answer.
+    key = (kb.id, version, req.appId, req.executionId)
+    body = await services.idempotency.once(key, fingerprint(data), search, time.monotonic)
     return web.Response(body=body, content_type="application/json")

@@ -40,7 +40,11 @@ NOW = 1_800_000_000.0
         ("1799999700", None, True),  # 300 s old: edge of the window
         ("1799999699", None, False),
         ("1800000301", None, False),
+        ("1800000029", None, True),  # 29 s ahead: within the clock skew allowed
+        ("1800000031", None, False),  # further ahead: refused
         ("abc", None, False),
+        ("¹⁷", None, False),  # str.isdigit() is true for superscripts; int() is not
+        ("١٨٠٠٠٠٠٠٠٠", None, False),  # Arabic-Indic digits
         ("1800000000", "0" * 64, False),
         ("", None, False),
     ],
@@ -48,15 +52,36 @@ NOW = 1_800_000_000.0
 def test_verify_signature(ts: str, signature: str | None, ok: bool) -> None:
     body = b'{"q": 1}'
     sig = signature if signature is not None else sign(b"k", ts, body)
-    result = verify_signature(b"k", timestamp=ts, signature=sig, body=body, window_s=300,
-                              replays=ReplayCache(300), now=NOW)
+    result = verify_signature(b"k", timestamp=ts, signature=sig, body=body, window_s=300, future_skew_s=30,
+                              replays=ReplayCache(), now=NOW)
     assert result is ok
 
 
 def test_replayed_signature_is_refused_until_the_window_passes() -> None:
-    replays = ReplayCache(300)
-    assert replays.first_use("sig", NOW) and not replays.first_use("sig", NOW + 10)
-    assert replays.first_use("sig", NOW + 301)
+    replays = ReplayCache()
+    assert replays.first_use("sig", expires_at=NOW + 300, now=NOW)
+    assert not replays.first_use("sig", expires_at=NOW + 300, now=NOW + 10)
+    assert replays.first_use("sig", expires_at=NOW + 601, now=NOW + 301)
+
+
+def test_a_future_timestamp_cannot_be_replayed_after_its_first_use_expires() -> None:
+    """Finding 5: the replay entry lives until timestamp + window, not first use + window."""
+    replays = ReplayCache()
+    body = b"{}"
+    ts = str(int(NOW) + 15)
+    signed = {"timestamp": ts, "signature": sign(b"k", ts, body), "body": body, "window_s": 20,
+              "future_skew_s": 30, "replays": replays}
+    assert verify_signature(b"k", **signed, now=NOW)
+    assert not verify_signature(b"k", **signed, now=NOW + 21.5)  # first use + window has passed: still a replay
+    assert not verify_signature(b"k", **signed, now=NOW + 35.5)  # the timestamp itself is out of the window now
+
+
+def test_a_full_replay_cache_refuses_rather_than_forgets() -> None:
+    replays = ReplayCache(max_entries=2)
+    assert replays.first_use("a", expires_at=NOW + 10, now=NOW)
+    assert replays.first_use("b", expires_at=NOW + 10, now=NOW)
+    assert not replays.first_use("c", expires_at=NOW + 10, now=NOW)  # forgetting "a" would let it be replayed
+    assert replays.first_use("c", expires_at=NOW + 30, now=NOW + 11)  # once they expire there is room again
 
 
 def test_idempotency_cache() -> None:

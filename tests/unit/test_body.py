@@ -14,7 +14,7 @@ from es_provider.protocols.body import parse_object
         (b'{"a": [{"b": 1, "b": 2}]}', "duplicate"),
         (b'{"a": 1} {"b": 2}', "single valid JSON"),
         (b'{"a": 1} x', "single valid JSON"),
-        (b'[1, 2]', "JSON object"),
+        (b"[1, 2]", "JSON object"),
         (b'"text"', "JSON object"),
         (b"", "single valid JSON"),
         (b'{"a": NaN}', "single valid JSON"),

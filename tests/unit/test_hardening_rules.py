@@ -1,0 +1,260 @@
+"""Unit tables for the hardening findings that are pure logic (the HTTP-level ones are in
+tests/integration/test_hardening.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from es_provider import metadata
+from es_provider.acl import Filter
+from es_provider.config import KnowledgeBase
+from es_provider.errors import ErrorCode, KnowledgeError
+from es_provider.idempotency import IdempotencyCache
+from es_provider.ingest.records import RecordError, parse_record
+from es_provider.logs import TextFormatter, escape_controls
+from es_provider.query import MAX_QUERY_UNITS, bounded_text, text_fields
+
+
+def kb(**changes: object) -> KnowledgeBase:
+    fields: dict[str, object] = {"id": "k", "name": "K", "versions": ["1"], "alias": "a", "secret_ref": "S",
+                                 "apps": ["app"]}
+    fields.update(changes)
+    return KnowledgeBase.model_validate(fields, strict=False)
+
+
+@pytest.mark.parametrize(
+    ("changes", "filters"),
+    [
+        ({}, (Filter.TENANT,)),  # finding 1: no mandatory filters still bounds a key by its tenants
+        ({"protocol": "legacy"}, (Filter.TENANT,)),
+        ({"mandatory_filters": ["SUBJECT"]}, (Filter.TENANT, Filter.SUBJECT)),
+        ({"mandatory_filters": ["TENANT", "SUBJECT"]}, (Filter.TENANT, Filter.SUBJECT)),
+        ({"open_to_keys": True}, ()),
+        ({"open_to_keys": True, "mandatory_filters": ["SUBJECT"]}, (Filter.SUBJECT,)),
+        ({"open_to_keys": True, "mandatory_filters": ["TENANT"]}, (Filter.TENANT,)),
+    ],
+)
+def test_api_keys_read_within_their_tenants_on_every_knowledge_base(changes, filters) -> None:
+    assert kb(**changes).key_filters() == filters
+
+
+# --- finding 3: metadata values are bounded before the engine sees them ---
+
+@pytest.mark.parametrize(
+    ("operator", "value", "ok"),
+    [
+        ("contains", "x" * 128, True), ("contains", "x" * 129, False), ("contains", "中" * 400, False),
+        ("not contains", "x" * 129, False), ("start with", "\U00020000" * 129, False), ("end with", "y" * 129, False),
+        ("start with", "\U00020000" * 128, True),
+        ("is", "x" * 1024, True), ("is", "x" * 1025, False), ("is not", "x" * 1025, False),
+        ("in", ["x" * 1024, "y"], True), ("in", ["x" * 1025], False), ("not in", ",".join(["v"] * 1000), True),
+        ("in", [str(i) for i in range(1001)], False),
+    ],
+)
+def test_metadata_values_are_bounded(operator, value, ok) -> None:
+    conditions = [{"name": "k", "comparison_operator": operator, "value": value}]
+    if ok:
+        assert metadata.parse("and", conditions) is not None
+    else:
+        with pytest.raises(metadata.ConditionError, match="at most"):
+            metadata.parse("and", conditions)
+
+
+# --- finding 4: the query bound counts what the analyzers produce ---
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("\U00020000" * 520, 200),  # CJK Extension B: one term per character
+        ("\U00030000" * 300, 200),  # Extension G (tertiary plane)
+        ("中" * 300, 200), ("ひらがな" * 100, 200), ("カタカナ" * 100, 200), ("한국어" * 100, 200),
+        ("ｶﾀｶﾅ" * 100, 200),  # half-width katakana
+        ("a中" * 300, 200),  # alternating scripts: every character is its own term
+        ("word " * 300, 200 * 5 - 1),
+        ("x" * 600, 600),  # one long run: 3 terms (the tokenizer cuts at 255)
+    ],
+)
+def test_query_bound_counts_terms(text: str, kept: int) -> None:
+    assert len(bounded_text(text)) == kept
+
+
+def test_supplementary_ideographs_use_the_cjk_fields() -> None:
+    assert "content.cjk" in text_fields("\U00020000")
+    assert "content.cjk" not in text_fields("plain words")
+    assert MAX_QUERY_UNITS * len(text_fields("中")) < 1024
+
+
+# --- finding 6: ingest refuses duplicate keys ---
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"document_id": "d", "content": "x", "tenant_id": "team-b", "tenant_id": ""}',
+        '{"document_id": "d", "content": "x", "acl": {"public": false, "public": true}}',
+        '{"document_id": "d", "content": "x", "metadata": {"k": 1, "k": 2}}',
+    ],
+)
+def test_ingest_refuses_duplicate_keys(line: str) -> None:
+    with pytest.raises(RecordError) as caught:
+        parse_record(line, "docs.jsonl:7")
+    assert str(caught.value).startswith("docs.jsonl:7: record has a duplicate key")
+
+
+def test_ingest_still_reads_good_records() -> None:
+    record = parse_record('{"document_id": "d", "content": "x", "tenant_id": "t"}', "f:1")
+    assert record.tenant_id == "t"
+
+
+# --- finding 7: one executionId is answered once ---
+
+async def test_concurrent_duplicates_wait_for_the_first_answer() -> None:
+    cache = IdempotencyCache(window_s=60)
+    calls = 0
+    release = asyncio.Event()
+
+    async def answer() -> bytes:
+        nonlocal calls
+        calls += 1
+        await release.wait()
+        return b"the answer"
+
+    key = ("kb", "1", "app", "exec")
+    runs = [asyncio.create_task(cache.once(key, b"same", answer, lambda: 0.0)) for _ in range(6)]
+    await asyncio.sleep(0)
+    release.set()
+    assert await asyncio.gather(*runs) == [b"the answer"] * 6
+    assert calls == 1
+
+
+async def test_a_different_body_in_flight_is_refused() -> None:
+    cache = IdempotencyCache(window_s=60)
+    release = asyncio.Event()
+
+    async def answer() -> bytes:
+        await release.wait()
+        return b"first"
+
+    key = ("kb", "1", "app", "exec")
+    first = asyncio.create_task(cache.once(key, b"one", answer, lambda: 0.0))
+    await asyncio.sleep(0)
+    with pytest.raises(KnowledgeError) as caught:
+        await cache.once(key, b"two", answer, lambda: 0.0)
+    assert caught.value.code is ErrorCode.REQUEST_REJECTED
+    release.set()
+    assert await first == b"first"
+
+
+async def test_a_failed_first_answer_is_not_shared() -> None:
+    cache = IdempotencyCache(window_s=60)
+    attempts = 0
+    release = asyncio.Event()
+
+    async def answer() -> bytes:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            await release.wait()
+            raise KnowledgeError(ErrorCode.UNAVAILABLE)
+        return b"second try"
+
+    key = ("kb", "1", "app", "exec")
+    first = asyncio.create_task(cache.once(key, b"f", answer, lambda: 0.0))
+    await asyncio.sleep(0)
+    waiter = asyncio.create_task(cache.once(key, b"f", answer, lambda: 0.0))
+    await asyncio.sleep(0)
+    release.set()
+    with pytest.raises(KnowledgeError):
+        await first
+    assert await waiter == b"second try"
+
+
+# --- finding 8: text logs cannot be forged ---
+
+@pytest.mark.parametrize(
+    ("text", "escaped"),
+    [("a\nb", "a\\x0ab"), ("a\r\nb", "a\\x0d\\x0ab"), ("\x1b[31m", "\\x1b[31m"), ("x\u2028y", "x\\u2028y"),
+     ("中文 ok", "中文 ok")],
+)
+def test_control_characters_are_escaped(text: str, escaped: str) -> None:
+    assert escape_controls(text) == escaped
+
+
+def test_a_newline_in_a_path_stays_on_one_log_line() -> None:
+    record = logging.LogRecord("es_provider.sparktide", logging.INFO, __file__, 1, "refused %s: %s",
+                               ("/x\n2026-12-01 CRITICAL es_provider.security forged", "code"), None)
+    line = TextFormatter("%(levelname)s %(name)s %(message)s").format(record)
+    assert "\n" not in line and line.startswith("INFO es_provider.sparktide refused /x\\x0a")
+
+
+# --- finding 2: admission: per-credential slots, turns round-robin across credentials ---
+
+def admission(**server: int):
+    from es_provider.admission import Admission
+    from es_provider.config import ServerSettings
+    from es_provider.metrics import Metrics
+
+    return Admission(ServerSettings.model_validate(server), Metrics())
+
+
+async def test_a_credential_is_refused_beyond_its_own_slots() -> None:
+    gate = admission(max_concurrency=10, max_concurrency_per_key=2, active_requests=10)
+    async with gate.slot("flood"), gate.slot("flood"):
+        with pytest.raises(KnowledgeError) as caught:
+            async with gate.slot("flood"):
+                pass
+        assert caught.value.code is ErrorCode.RATE_LIMITED
+        async with gate.slot("calm"):  # another credential is still admitted
+            pass
+
+
+async def test_the_service_is_refused_beyond_its_slots() -> None:
+    gate = admission(max_concurrency=2, max_concurrency_per_key=2, active_requests=2)
+    async with gate.slot("a"), gate.slot("b"):
+        with pytest.raises(KnowledgeError):
+            async with gate.slot("c"):
+                pass
+
+
+async def test_turns_go_round_robin_so_a_backlog_does_not_delay_another_caller() -> None:
+    gate = admission(max_concurrency=100, max_concurrency_per_key=50, active_requests=1)
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def run(holder: str, n: int) -> None:
+        async with gate.slot(holder):
+            order.append(f"{holder}{n}")
+            if n == 0:
+                await release.wait()
+
+    flood = [asyncio.create_task(run("flood", n)) for n in range(5)]
+    await asyncio.sleep(0)
+    calm = asyncio.create_task(run("calm", 1))
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(*flood, calm)
+    assert order[:3] == ["flood0", "flood1", "calm1"]
+
+
+async def test_a_cancelled_waiter_gives_its_turn_away() -> None:
+    gate = admission(max_concurrency=10, max_concurrency_per_key=10, active_requests=1)
+    release = asyncio.Event()
+    ran: list[str] = []
+
+    async def run(holder: str) -> None:
+        async with gate.slot(holder):
+            ran.append(holder)
+            if holder == "first":
+                await release.wait()
+
+    first = asyncio.create_task(run("first"))
+    await asyncio.sleep(0)
+    gone = asyncio.create_task(run("gone"))
+    last = asyncio.create_task(run("last"))
+    await asyncio.sleep(0)
+    gone.cancel()
+    release.set()
+    await asyncio.gather(first, last)
+    assert ran == ["first", "last"]

@@ -6,13 +6,15 @@ service: sends a list of requests at a fixed concurrency and prints per-request 
 mode "direct": each body is an OpenSearch search body, sent with opensearch-py's async client.
 mode "service": each body is a SparkTide callback; executionId, Idempotency-Key and deadline are made fresh for
 every request, so the service's idempotency window never answers from memory. With "protocol": "agentarts" each
-body is an AgentArts retrieve request, sent as it is.
+body is an AgentArts retrieve request, sent as it is. "duration_s" (closed loop) stops starting requests after that
+many seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -103,6 +105,8 @@ async def drive(spec: dict[str, Any], one: Any) -> tuple[list[float], int, float
         return await paced(spec, one)
     """(latencies of the measured requests, errors, seconds from the first measured request to the last answer)."""
     concurrency, total, warmup = spec["concurrency"], spec["requests"], spec.get("warmup", 0)
+    # Optional: stop starting requests after this many seconds (a flood of a given length).
+    stop_at = time.perf_counter() + spec["duration_s"] if spec.get("duration_s") else math.inf
     latencies: list[float] = []
     errors = 0
     next_index = 0
@@ -111,7 +115,7 @@ async def drive(spec: dict[str, Any], one: Any) -> tuple[list[float], int, float
     async def worker() -> None:
         nonlocal next_index, errors
         nonlocal measured_from
-        while next_index < warmup + total:
+        while next_index < warmup + total and time.perf_counter() < stop_at:
             i = next_index
             next_index += 1
             started = time.perf_counter()

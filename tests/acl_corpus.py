@@ -46,14 +46,16 @@ def documents() -> list[dict[str, Any]]:
     return docs
 
 
-def visible(subject: str, tenant: str | None) -> set[str]:
+def visible(subject: str, tenant: str | None, filters: tuple[str, ...] = ("TENANT", "SUBJECT")) -> set[str]:
+    """Documents `subject` of `tenant` may read when `filters` apply."""
     groups = set(GROUPS.get(subject, []))
     seen = set()
     for doc in documents():
         acl = doc["acl"]
         doc_tenant = doc.get("tenant_id")
-        if doc_tenant not in (None, "") and doc_tenant != (tenant or None):
+        if "TENANT" in filters and doc_tenant not in (None, "") and doc_tenant != (tenant or None):
             continue
-        if acl["public"] or subject in acl["subjects"] or groups & set(acl["groups"]):
-            seen.add(doc["document_id"])
+        if "SUBJECT" in filters and not (acl["public"] or subject in acl["subjects"] or groups & set(acl["groups"])):
+            continue
+        seen.add(doc["document_id"])
     return seen

@@ -58,13 +58,13 @@ def wait_until_answering(url: str, process: subprocess.Popen[Any], seconds: floa
 
 
 class Served:
-    def __init__(self, config: Path, env: dict[str, str], log_path: Path) -> None:
+    def __init__(self, config: Path, env: dict[str, str], log_path: Path, args: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "es_provider.cli", "serve", "--config", str(config), "--port", str(self.port)],
+            [sys.executable, "-m", "es_provider.cli", "serve", "--config", str(config), "--port", str(self.port), *args],
             env={**os.environ, **env}, stdout=self._log, stderr=subprocess.STDOUT,
         )
         wait_until_answering(f"{self.base}/healthz", self.process, 20, log_path)

@@ -90,3 +90,49 @@ async def test_no_leak_and_nothing_missing_through_all_protocols(engine, kb, cli
             f"{len(missing)}")
     assert leaks == [], leaks[:5]
     assert missing == [], missing[:5]
+
+
+async def test_shared_index_statistics_side_channel_is_measured(engine, kb, client_for, figures) -> None:
+    """BM25 statistics (document frequency) are index-wide: a reader's scores move when chunks it cannot read
+    contain its query words. Measured here so the README can state it; separate knowledge bases (indices) per
+    tenant close it."""
+    from conftest import new_kb
+
+    from es_provider import admin
+
+    mine = {"document_id": "mine", "content": "zeta alpha report", "tenant_id": "team-a", "acl": {"public": True}}
+    theirs = [{"document_id": f"theirs-{i}", "content": f"zeta secret {i}", "tenant_id": "team-b",
+               "acl": {"subjects": ["u-bob"]}} for i in range(30)]
+    own_kb = new_kb(id="team-a-only", alias=f"{kb.alias}-a")
+    await admin.create(engine, own_kb, admin.load_index_body())
+    other_kb = new_kb(id="team-b-only", alias=f"{kb.alias}-b")
+    await admin.create(engine, other_kb, admin.load_index_body())
+    try:
+        await load_records(engine, kb, [mine])
+        await load_records(engine, own_kb, [mine])
+        client = await client_for(kb, own_kb, other_kb, api_keys=[{
+            "key_ref": "TEST_API_KEY", "app": "app-1", "tenants": ["team-a"], "subject": "u-alice",
+            "knowledge": [kb.id, own_kb.id]}])
+
+        async def score(kb_id: str) -> float:
+            response = await client.post("/knowledge-bases/retrieve", headers=bearer("test-api-key-0123456789"),
+                                         data=json.dumps({"knowledge_base_ids": [kb_id], "query": "zeta",
+                                                          "method": "doc"}))
+            results = (await response.json())["search_result_list"]
+            assert [r["file_id"] for r in results] == ["mine"]  # never anything of team-b's
+            return float(results[0]["score"])
+
+        shared_before, own_before = await score(kb.id), await score(own_kb.id)
+        await load_records(engine, kb, theirs)  # the same index: only team-b's u-bob may read these
+        await load_records(engine, other_kb, theirs)  # team-b's own index
+        shared_after, own_after = await score(kb.id), await score(own_kb.id)
+    finally:
+        await admin.drop(engine, own_kb)
+        await admin.drop(engine, other_kb)
+    figures("9. Shared-index statistics (a side channel)",
+            f"a team-a reader's score for its own chunk and the query 'zeta': {shared_before:.4f} before and "
+            f"{shared_after:.4f} after 30 team-b chunks it cannot read, all containing 'zeta', joined the SAME "
+            f"index (no team-b content was returned); with a knowledge base per tenant: {own_before:.4f} → "
+            f"{own_after:.4f}")
+    assert shared_after < shared_before  # the side channel exists in a shared index ...
+    assert own_after == own_before  # ... and not across separate indices

@@ -183,6 +183,7 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
     app.router.add_post("/knowledge-bases/retrieve", agentarts.retrieve)
     app.router.add_post("/retrieval", dify.retrieval)
     app.router.add_post("//retrieval", dify.retrieval)
+    app.router.add_post("/{prefix:.+}/retrieval", dify.misregistered)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_endpoint)

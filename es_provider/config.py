@@ -120,11 +120,13 @@ class KnowledgeBase(_Strict):
     # them read every tenant's chunks here (SUBJECT still applies where mandated). Listed in the start-up log.
     open_to_keys: bool = False
 
-    def key_filters(self) -> tuple[Filter, ...]:
+    def key_filters(self, *, end_user: bool = False) -> tuple[Filter, ...]:
         """The filters an API-key request enforces here: the key's tenant scope always (unless `open_to_keys`),
-        plus every mandatory filter. `mandatory_filters` is SparkTide's registration; a key's scope is its identity."""
+        plus every mandatory filter; and SUBJECT whenever the request names the end user it acts for (that is what
+        naming one is for). `mandatory_filters` is SparkTide's registration; a key's scope is its identity."""
         tenant = () if self.open_to_keys else (Filter.TENANT,)
-        return ordered([*tenant, *self.mandatory_filters])
+        subject = (Filter.SUBJECT,) if end_user else ()
+        return ordered([*tenant, *subject, *self.mandatory_filters])
 
     @model_validator(mode="after")
     def _legacy_cannot_filter(self) -> KnowledgeBase:

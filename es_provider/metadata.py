@@ -1,9 +1,12 @@
-"""Pure: Dify metadata conditions (CONTRACT §11) → one OpenSearch filter clause on `metadata.<name>`.
+"""Pure: Dify metadata conditions (docs/protocols.md, Dify) → one OpenSearch filter clause on `metadata.<name>`.
 
-Parsing checks names, operators and value types (a wrong one is the caller's error). Translation takes the
-index's mapped type of each metadata key, so every clause fits its field: a key that no chunk carries, or whose
-type cannot answer the operator, matches nothing (`empty` matches everything). Negative operators (`is not`,
-`not contains`, `not in`, `≠`) match only chunks that carry the key, as in SQL.
+Parsing checks names, operators and value types (a wrong one is the caller's error). Blank values are treated as
+Dify treats them for its own knowledge bases (a user left the value empty, or a workflow variable resolved to
+nothing): a condition whose value is null is left out (`empty` / `not empty` take no value), `in` an empty list
+matches nothing, `not in` an empty list excludes nothing. Translation takes the index's mapped type of each
+metadata key, so every clause fits its field: a key that no chunk carries, or whose type cannot answer the
+operator, matches nothing (`empty` matches everything). `empty` is "absent or null", as in Dify (`""` is a value).
+Negative operators (`is not`, `not contains`, `not in`, `≠`) match only chunks that carry the key, as in SQL.
 """
 
 from __future__ import annotations
@@ -102,8 +105,6 @@ def _check_value(operator: str, value: Any, where: str) -> Any:
             values = list(value)
         else:
             raise ConditionError(f"{where}: '{operator}' needs a list or a comma-separated string")
-        if not values:
-            raise ConditionError(f"{where}: '{operator}' needs at least one value")
         if len(values) > MAX_SET_VALUES:
             raise ConditionError(f"{where}: '{operator}' takes at most {MAX_SET_VALUES} values")
         return tuple(_bounded(v, MAX_TERM_CHARS, operator, where) for v in values)
@@ -111,27 +112,47 @@ def _check_value(operator: str, value: Any, where: str) -> Any:
     return _number(value, where)
 
 
-def parse(logical_operator: str | None, conditions: list[Any] | None) -> Conditions | None:
-    """Validates Dify's metadata_condition; None when it imposes nothing."""
+def condition_name(raw: Mapping[str, Any]) -> Any:
+    """A condition's `name`: a string, or (as older Dify clients and docs send it) a one-element list of one."""
+    name = raw.get("name")
+    if isinstance(name, list) and len(name) == 1:
+        return name[0]
+    return name
+
+
+def parse_one(raw: Any, where: str) -> Condition | None:
+    """One condition, or None when its value is blank (null) and the operator needs one: Dify leaves such a
+    condition out rather than failing the request."""
+    if not isinstance(raw, Mapping):
+        raise ConditionError(f"{where} must be an object")
+    name = condition_name(raw)
+    operator = raw.get("comparison_operator")
+    if not isinstance(name, str) or not _NAME.match(name) or ".." in name or name.endswith("."):
+        raise ConditionError(f"{where}.name is not a valid metadata key")
+    if operator not in OPERATORS:
+        raise ConditionError(f"{where}.comparison_operator {str(operator)[:40]!r} is not supported")
+    value = raw.get("value")
+    if value is None and operator not in PRESENCE_OPS:
+        return None
+    return Condition(name, operator, _check_value(operator, value, where))
+
+
+def check_logical_operator(logical_operator: str | None) -> Literal["and", "or"]:
     if logical_operator not in (None, "and", "or"):
         raise ConditionError("metadata_condition.logical_operator must be 'and' or 'or'")
+    return "or" if logical_operator == "or" else "and"
+
+
+def parse(logical_operator: str | None, conditions: list[Any] | None) -> Conditions | None:
+    """Validates Dify's metadata_condition; None when it imposes nothing (no conditions, or only blank ones)."""
+    combined = check_logical_operator(logical_operator)
     if not conditions:
         return None
     if len(conditions) > MAX_CONDITIONS:
         raise ConditionError(f"metadata_condition has more than {MAX_CONDITIONS} conditions")
-    parsed = []
-    for i, raw in enumerate(conditions):
-        where = f"metadata_condition.conditions[{i}]"
-        if not isinstance(raw, Mapping):
-            raise ConditionError(f"{where} must be an object")
-        name = raw.get("name")
-        operator = raw.get("comparison_operator")
-        if not isinstance(name, str) or not _NAME.match(name) or ".." in name or name.endswith("."):
-            raise ConditionError(f"{where}.name is not a valid metadata key")
-        if operator not in OPERATORS:
-            raise ConditionError(f"{where}.comparison_operator {str(operator)[:40]!r} is not supported")
-        parsed.append(Condition(name, operator, _check_value(operator, raw.get("value"), where)))
-    return Conditions("or" if logical_operator == "or" else "and", tuple(parsed))
+    parsed = [parse_one(raw, f"metadata_condition.conditions[{i}]") for i, raw in enumerate(conditions)]
+    kept = tuple(c for c in parsed if c is not None)
+    return Conditions(combined, kept) if kept else None
 
 
 def _escape_wildcard(text: str) -> str:
@@ -172,13 +193,13 @@ def translate_one(condition: Condition, types: Mapping[str, str]) -> Clause:
     field = f"metadata.{condition.name}"
     kind = types.get(condition.name)
     op, value = condition.operator, condition.value
+    if op in SET_OPS and not value:
+        return MATCH_NONE if op == "in" else MATCH_ALL  # in []: nothing; not in []: excludes nothing
     if kind is None:
         return MATCH_ALL if op == "empty" else MATCH_NONE
     if op in PRESENCE_OPS:
-        blank: list[Clause] = [{"term": {field: ""}}] if kind == "keyword" else []
-        if op == "empty":
-            return {"bool": {"should": [{"bool": {"must_not": [_present(field)]}}, *blank], "minimum_should_match": 1}}
-        return {"bool": {"filter": [_present(field)], "must_not": blank}}
+        # A null value is not indexed, so "absent or null" is "no indexed value".
+        return {"bool": {"must_not": [_present(field)]}} if op == "empty" else _present(field)
     if op in STRING_OPS:
         if kind != "keyword":
             return MATCH_NONE

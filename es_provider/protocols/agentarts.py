@@ -170,7 +170,7 @@ async def _retrieve(services: Services, key: ApiKey, data: dict[str, Any]) -> we
         knowledge=tuple(bases),
         query=req.query,
         identity=identity,
-        filters=acl.ordered(f for kb in bases for f in kb.key_filters()),
+        filters=acl.ordered(f for kb in bases for f in kb.key_filters(end_user="subject_id" in narrow)),
         top_k=req.top_k,
         score_threshold=req.search_threshold,
         mode=next((m for m in MODES if m == mode), None),

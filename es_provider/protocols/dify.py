@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import orjson
@@ -22,6 +23,9 @@ from es_provider.service import SERVICES, Services
 log = logging.getLogger("es_provider.dify")
 
 MAX_TOP_K = 100
+# The reserved metadata condition naming the end user a Dify app acts for (see take_acting_subject).
+ACTING_SUBJECT = "acting_subject"
+MAX_SUBJECT = 128
 
 
 class _Lenient(BaseModel):
@@ -76,6 +80,31 @@ def error_response(error: KnowledgeError) -> web.Response:
     )
 
 
+def take_acting_subject(
+    logical_operator: str | None, conditions: list[Any] | None
+) -> tuple[str | None, list[Any] | None]:
+    """Pure: the end user a Dify app names with the reserved condition `acting_subject is <user id>` (a workflow
+    variable such as the signed-in user's id), and the other conditions. The key then acts for that user, within
+    its `subjects` scope, exactly as AgentArts' `subject_id`. Only a plain `and` with one `is` is accepted:
+    anything that could make the user optional (an `or`, another operator, a blank value) is refused."""
+    if not conditions:
+        return None, conditions
+    reserved = [c for c in conditions if isinstance(c, Mapping) and metadata.condition_name(c) == ACTING_SUBJECT]
+    if not reserved:
+        return None, conditions
+    if len(reserved) > 1:
+        raise metadata.ConditionError(f"{ACTING_SUBJECT} is given more than once")
+    if metadata.check_logical_operator(logical_operator) == "or":
+        raise metadata.ConditionError(f"{ACTING_SUBJECT} cannot be combined with 'or'")
+    named = reserved[0]
+    if named.get("comparison_operator") != "is":
+        raise metadata.ConditionError(f"{ACTING_SUBJECT} takes the operator 'is'")
+    user = named.get("value")
+    if not isinstance(user, str) or not user or len(user) > MAX_SUBJECT:
+        raise metadata.ConditionError(f"{ACTING_SUBJECT} needs a user id of 1 to {MAX_SUBJECT} characters")
+    return user, [c for c in conditions if c is not named]
+
+
 def render_record(chunk: Chunk) -> dict[str, Any]:
     meta: dict[str, Any] = dict(chunk.metadata)
     # Ours last, so stored metadata cannot pose as another document or chunk.
@@ -87,6 +116,14 @@ def render_record(chunk: Chunk) -> dict[str, Any]:
     if chunk.score is not None:
         record["score"] = chunk.score
     return record
+
+
+@guarded(error_response, log)
+async def misregistered(request: web.Request) -> web.Response:
+    """`…/retrieval/retrieval` and the like: an endpoint registered with a path that Dify then extends with its own
+    `/retrieval`. Dify shows this answer's message to the operator who registers it (404 fails its check)."""
+    raise protocol_error("Wrong endpoint: register the service's base URL (for example http://host:8080) without "
+                         "/retrieval; Dify adds /retrieval itself.", status=404, detail=f"misregistered {request.path}")
 
 
 @guarded(error_response, log)
@@ -114,17 +151,24 @@ async def _retrieve(services: Services, key: ApiKey, data: dict[str, Any]) -> we
     kb = services.settings.knowledge_base(req.knowledge_id)
     if kb is None or kb.id not in key.knowledge:
         raise unknown_knowledge()
-    condition = req.metadata_condition
+    condition = req.metadata_condition or MetadataCondition()
     try:
-        conditions = metadata.parse(condition.logical_operator, condition.conditions) if condition else None
+        acting, rest = take_acting_subject(condition.logical_operator, condition.conditions)
+        conditions = metadata.parse(condition.logical_operator, rest)
     except metadata.ConditionError as exc:
         raise protocol_error(str(exc)) from None
+    try:
+        identity = auth.api_key_identity(services.settings, key, subject_id=acting)
+    except KnowledgeError as exc:
+        refusal = authorization_failed()
+        refusal.detail = exc.detail
+        raise refusal from None
     setting = req.retrieval_setting
     retrieval_request = Retrieval(
         knowledge=(kb,),
         query=req.query,
-        identity=auth.api_key_identity(services.settings, key),
-        filters=kb.key_filters(),
+        identity=identity,
+        filters=kb.key_filters(end_user=acting is not None),
         top_k=min(setting.top_k or kb.top_k, MAX_TOP_K),
         score_threshold=setting.score_threshold,
         metadata=conditions,

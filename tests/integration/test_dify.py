@@ -75,11 +75,21 @@ async def test_authorization_codes(client, authorization, code) -> None:
 
 
 async def test_registration_check(client) -> None:
-    check = {"knowledge_id": "", "query": "", "retrieval_setting": {"top_k": 1, "score_threshold": 0.0}}
-    response = await client.post("/retrieval", data=json.dumps(check), headers=bearer())
-    assert (response.status, await response.json()) == (200, {"records": []})
-    response = await client.post("/retrieval", data=json.dumps(check), headers=bearer("bad"))
-    assert response.status == 403
+    """Dify's check when a user saves the API: POST {endpoint}/retrieval with the real key, NO body and no
+    Content-Type; it refuses the endpoint only on 403, 404, 502 or a connection failure."""
+    for path in ("/retrieval", "//retrieval"):
+        url = f"http://{client.host}:{client.port}{path}"
+        response = await client.session.post(url, headers={"Authorization": f"Bearer {API_KEY}"})
+        assert response.status == 415  # accepted by Dify: a valid key
+        response = await client.session.post(url, headers={"Authorization": "Bearer wrong-key"})
+        assert response.status == 403 and (await response.json())["error_code"] == 1002  # refused: caught at once
+
+
+@pytest.mark.parametrize("path", ["/retrieval/retrieval", "/api/retrieval", "/v1/x/retrieval"])
+async def test_a_misregistered_endpoint_explains_itself(client, path) -> None:
+    status, body = await call(client, path=path)
+    assert status == 404  # Dify refuses it at registration, showing this message
+    assert body["error_code"] == "KNOWLEDGE_PROTOCOL_ERROR" and "without /retrieval" in body["error_msg"]
 
 
 @pytest.mark.parametrize("knowledge_id", ["no-such", "not-for-this-key"])
@@ -149,9 +159,9 @@ OPERATOR_CASES = [
     (("owner", "end with", "team"), {"spec-2024", "spec-2025"}),
     (("category", "is", "policy"), {"policy-2025"}),
     (("category", "is not", "spec"), {"policy-2025", "guide-2026", "blank-category"}),
-    (("category", "empty", None), {"blank-category", "no-metadata"}),
+    (("category", "empty", None), {"no-metadata"}),  # absent or null, as in Dify: "" is a value
     (("rating", "empty", None), {"policy-2025", "blank-category", "no-metadata"}),
-    (("category", "not empty", None), {"spec-2024", "spec-2025", "policy-2025", "guide-2026"}),
+    (("category", "not empty", None), {"spec-2024", "spec-2025", "policy-2025", "guide-2026", "blank-category"}),
     (("rating", "not empty", None), {"spec-2024", "spec-2025", "guide-2026"}),
     (("category", "in", ["spec", "guide"]), {"spec-2024", "spec-2025", "guide-2026"}),
     (("category", "in", "policy, guide"), {"policy-2025", "guide-2026"}),
@@ -212,7 +222,6 @@ async def test_metadata_condition_may_be_absent(client) -> None:
     (("year", ">", True), "number"),
     (("category", "contains", 5), "string"),
     (("category", "in", {"a": 1}), "list"),
-    (("category", "in", []), "at least one"),
     (("category", "is", ["a"]), "string or number"),
     (("year", "before", "yesterday"), "number"),
     (("*", "is", "x"), "name"),
@@ -222,6 +231,63 @@ async def test_bad_conditions_are_400_naming_them(client, condition, mentions) -
     status, body = await call(client, metadata_condition=where(condition))
     assert status == 400 and body["error_code"] == "KNOWLEDGE_PROTOCOL_ERROR"
     assert mentions in body["error_msg"]
+
+
+# --- blank values, as Dify sends them when a user left a value empty or a workflow variable resolved to nothing ---
+
+SPEC = ("category", "is", "spec")
+SPEC_ONLY = {"spec-2024", "spec-2025"}
+
+
+@pytest.mark.parametrize("blank", [
+    ("owner", "is", None), ("owner", "contains", None), ("owner", "not contains", None), ("year", "≥", None),
+    ("year", "=", None), ("published", "before", None), ("category", "in", None), ("category", "not in", None),
+])
+@pytest.mark.parametrize("logical", ["and", "or", None])
+async def test_a_blank_condition_changes_nothing(client, blank, logical) -> None:
+    status, without = await call(client, metadata_condition=where(SPEC, logical=logical))
+    status_with, with_blank = await call(client, metadata_condition=where(SPEC, blank, logical=logical))
+    assert status == status_with == 200 and ids(with_blank) == ids(without) == SPEC_ONLY
+
+
+@pytest.mark.parametrize("blank", [("owner", "in", []), ("owner", "in", ""), ("no_such_key", "in", [])])
+async def test_in_nothing_matches_nothing(client, blank) -> None:
+    status, body = await call(client, metadata_condition=where(blank))
+    assert status == 200 and ids(body) == set()
+    status, body = await call(client, metadata_condition=where(SPEC, blank, logical="or"))
+    assert status == 200 and ids(body) == SPEC_ONLY
+
+
+@pytest.mark.parametrize("blank", [("owner", "not in", []), ("owner", "not in", ""), ("no_such_key", "not in", [])])
+async def test_not_in_nothing_excludes_nothing(client, blank) -> None:
+    for logical, expected in (("and", SPEC_ONLY), ("or", ALL)):  # true for every chunk, as SQL's NOT IN ()
+        status, body = await call(client, metadata_condition=where(SPEC, blank, logical=logical))
+        assert status == 200 and ids(body) == expected, logical
+
+
+async def test_only_blank_conditions_filter_nothing(client) -> None:
+    status, body = await call(client, metadata_condition=where(("owner", "is", None), ("year", ">", None)))
+    assert status == 200 and ids(body) == ALL
+
+
+async def test_condition_name_as_a_one_element_list(client) -> None:
+    condition = {"logical_operator": "and", "conditions": [
+        {"name": ["category"], "comparison_operator": "is", "value": "spec"}]}
+    status, body = await call(client, metadata_condition=condition)
+    assert status == 200 and ids(body) == SPEC_ONLY
+
+
+async def test_dify_threshold_keeps_what_agentarts_threshold_keeps(client) -> None:
+    """score_threshold goes through unchanged: the same threshold keeps the same chunks in both protocols."""
+    for threshold in (0.0, 0.2, 0.35, 0.5):
+        status, dify = await call(client, retrieval_setting={"top_k": 50, "score_threshold": threshold})
+        response = await client.post("/knowledge-bases/retrieve", headers=bearer(), data=json.dumps({
+            "knowledge_base_ids": ["project-documents"], "query": "installation notes", "method": "doc",
+            "top_k": 50, "limit": 100, "search_threshold": threshold}))
+        agentarts = (await response.json())["search_result_list"]
+        assert status == response.status == 200
+        assert [(r["metadata"]["chunk_id"], r["score"]) for r in dify["records"]] == [
+            (r["chunk_id"], r["score"]) for r in agentarts]
 
 
 async def test_bad_logical_operator_is_400(client) -> None:
@@ -235,3 +301,83 @@ async def test_bad_bodies(client) -> None:
         response = await client.post("/retrieval", data=raw, headers={**bearer(), "Content-Type": content_type})
         assert response.status == status
         assert (await response.json())["error_code"] == "KNOWLEDGE_PROTOCOL_ERROR"
+
+
+# --- the end user a Dify app acts for: the reserved `acting_subject` condition ---
+
+ACTING_KEYS = {
+    "every-user": {"tenants": ["team-a", "team-b"], "subjects": ["*"], "subject": "svc-dify", "groups": ["ops"]},
+    "two-users": {"tenants": ["team-a"], "subjects": ["u-alice", "u-carol"]},
+    "no-users": {"tenants": ["team-c"], "subjects": []},
+    "shared-only": {"tenants": [], "subjects": ["*"]},
+}
+USERS = ["u-alice", "u-bob", "u-carol", "u-nobody", "*", "svc-dify", "team-a"]
+
+
+def acting(user: Any, *others: tuple[str, str, Any], logical: str = "and") -> dict[str, Any]:
+    return where(("acting_subject", "is", user), *others, logical=logical)
+
+
+async def test_acting_subject_equals_agentarts_subject_narrowing(engine, kb, client_for) -> None:
+    import random
+
+    import acl_corpus
+
+    await load_records(engine, kb, acl_corpus.documents())
+    keys = [api_key(["project-documents"], ref=f"KEY_{name.upper().replace('-', '_')}", **spec)
+            for name, spec in ACTING_KEYS.items()]
+    for entry, spec in zip(keys, ACTING_KEYS.values(), strict=True):
+        entry["subject"] = spec.get("subject")
+        if entry["subject"] is None:
+            del entry["subject"]
+    env = {f"KEY_{name.upper().replace('-', '_')}": f"{name}-key-000000" for name in ACTING_KEYS}
+    client = await client_for(kb, principals=acl_corpus.GROUPS, api_keys=keys, env=env)
+    rng = random.Random(20261201)
+    pairs = [(rng.choice(list(ACTING_KEYS)), rng.choice(USERS)) for _ in range(40)]
+    pairs += [(name, user) for name in ACTING_KEYS for user in ("u-alice", "u-bob")]
+    checked = refused = 0
+    for name, user in pairs:
+        spec = ACTING_KEYS[name]
+        headers = bearer(f"{name}-key-000000")
+        dify = await client.post("/retrieval", headers=headers, data=json.dumps({
+            "knowledge_id": "project-documents", "query": "alpha", "metadata_condition": acting(user),
+            "retrieval_setting": {"top_k": 100, "score_threshold": 0}}))
+        agentarts = await client.post("/knowledge-bases/retrieve", headers=headers, data=json.dumps({
+            "knowledge_base_ids": ["project-documents"], "query": "alpha", "method": "doc", "limit": 100,
+            "extra_params": [{"key": "subject_id", "value": user}]}))
+        allowed = "*" in spec["subjects"] or user in spec["subjects"] or user == spec.get("subject")
+        if not allowed:
+            refused += 1
+            assert dify.status == 403 and await dify.json() == {"error_code": 1002, "error_msg": "Authorization failed."}
+            assert agentarts.status == 403 and "search_result_list" not in await agentarts.json()
+            continue
+        checked += 1
+        assert dify.status == agentarts.status == 200
+        got_dify = {r["metadata"]["document_id"] for r in (await dify.json())["records"]}
+        got_agentarts = {r["file_id"] for r in (await agentarts.json())["search_result_list"]}
+        groups = set(acl_corpus.GROUPS.get(user, [])) | set(spec.get("groups", []))
+        expected = {d["document_id"] for d in acl_corpus.documents()
+                    if d.get("tenant_id") in (None, *spec["tenants"])
+                    and (d["acl"]["public"] or user in d["acl"]["subjects"] or groups & set(d["acl"]["groups"]))}
+        assert got_dify == got_agentarts == expected, (name, user)
+    assert checked > 10 and refused > 5
+
+
+@pytest.mark.parametrize(("condition", "mentions"), [
+    (acting("u-alice", ("category", "is", "spec"), logical="or"), "'or'"),
+    (where(("acting_subject", "contains", "u-alice")), "operator 'is'"),
+    (acting("u-alice", ("acting_subject", "is", "u-bob")), "more than once"),
+    (acting(None), "user id"),
+    (acting(""), "user id"),
+])
+async def test_acting_subject_misuse_is_400(client, condition, mentions) -> None:
+    status, body = await call(client, metadata_condition=condition)
+    assert status == 400 and mentions in body["error_msg"] and "records" not in body
+
+
+async def test_acting_subject_outside_the_key_scope_is_1002(client) -> None:
+    # The suite's key (subject u-alice, no `subjects`) may act only as itself.
+    status, body = await call(client, metadata_condition=acting("u-bob"))
+    assert (status, body) == (403, {"error_code": 1002, "error_msg": "Authorization failed."})
+    status, body = await call(client, metadata_condition=acting("u-alice", ("category", "is", "spec")))
+    assert status == 200 and ids(body) == SPEC_ONLY  # public chunks of team-a, for u-alice

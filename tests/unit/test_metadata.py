@@ -33,12 +33,14 @@ TYPES = {"category": "keyword", "year": "double", "flag": "boolean", "when": "da
         ("missing", "not empty", None, MATCH_NONE),
         ("missing", "is not", "x", MATCH_NONE),
         ("missing", "empty", None, MATCH_ALL),
-        ("year", "not empty", None, {"bool": {"filter": [{"exists": {"field": "metadata.year"}}], "must_not": []}}),
+        ("year", "not empty", None, {"exists": {"field": "metadata.year"}}),
+        ("category", "in", (), MATCH_NONE),  # in []: matches nothing
+        ("category", "not in", (), MATCH_ALL),  # not in []: excludes nothing
+        ("missing", "not in", (), MATCH_ALL),
         ("category", "is not", "x", {"bool": {"filter": [{"exists": {"field": "metadata.category"}}],
                                               "must_not": [{"term": {"metadata.category": "x"}}]}}),
-        ("category", "empty", None, {"bool": {"should": [
-            {"bool": {"must_not": [{"exists": {"field": "metadata.category"}}]}},
-            {"term": {"metadata.category": ""}}], "minimum_should_match": 1}}),
+        # "empty" is absent or null, as in Dify's own knowledge bases: "" is a value.
+        ("category", "empty", None, {"bool": {"must_not": [{"exists": {"field": "metadata.category"}}]}}),
     ],
 )
 def test_translate_one(name: str, op: str, value: object, clause: dict) -> None:
@@ -69,3 +71,47 @@ def test_parse_normalises() -> None:
     assert parsed is not None and parsed.logical_operator == "and"
     assert [c.value for c in parsed.conditions] == [("a", "b", "c"), 3.0]
     assert parse("or", None) is None and parse(None, []) is None
+
+
+SPEC = {"name": "category", "comparison_operator": "is", "value": "spec"}
+
+
+@pytest.mark.parametrize(
+    ("blank", "kept"),
+    [
+        ({"name": "owner", "comparison_operator": "is", "value": None}, 1),  # a value left empty: left out
+        ({"name": "owner", "comparison_operator": "contains", "value": None}, 1),
+        ({"name": "year", "comparison_operator": "≥", "value": None}, 1),
+        ({"name": "when", "comparison_operator": "before", "value": None}, 1),
+        ({"name": "tags", "comparison_operator": "in", "value": None}, 1),
+        ({"name": "owner", "comparison_operator": "empty", "value": None}, 2),  # takes no value: kept
+        ({"name": "owner", "comparison_operator": "not empty"}, 2),
+        ({"name": "tags", "comparison_operator": "in", "value": []}, 2),  # kept: matches nothing
+        ({"name": "tags", "comparison_operator": "not in", "value": ""}, 2),  # kept: excludes nothing
+        ({"name": ["owner"], "comparison_operator": "is", "value": "hr"}, 2),  # name as a one-element list
+    ],
+)
+def test_blank_values_as_dify_treats_them(blank: dict, kept: int) -> None:
+    for logical in ("and", "or", None):
+        parsed = parse(logical, [SPEC, blank])
+        assert parsed is not None and len(parsed.conditions) == kept
+
+
+def test_only_blank_conditions_impose_nothing() -> None:
+    assert parse("and", [{"name": "a", "comparison_operator": "is", "value": None}]) is None
+    assert parse(None, None) is None
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        {"name": ["a", "b"], "comparison_operator": "is", "value": "x"},
+        {"name": [], "comparison_operator": "is", "value": "x"},
+        {"name": "a", "comparison_operator": "is", "value": ["x"]},
+        {"name": "a", "comparison_operator": "nope", "value": None},  # blank does not excuse a bad operator
+        {"name": "a*", "comparison_operator": "is", "value": None},
+    ],
+)
+def test_malformed_conditions_stay_errors(condition: dict) -> None:
+    with pytest.raises(ConditionError):
+        parse("and", [condition])

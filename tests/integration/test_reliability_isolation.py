@@ -32,11 +32,18 @@ async def test_no_leak_and_nothing_missing_through_all_protocols(engine, kb, cli
         tenant = rng.choice([*TENANTS, None])
         identities.append((subject, tenant, rng.choice(list(uses))))
 
-    # AgentArts: one broad key narrowed per request. Dify: a key per identity (its scope is its identity).
+    # AgentArts: one broad key narrowed per request. Dify: a key per identity (its scope is its identity), and a key
+    # per tenant that acts for any end user named by the reserved `acting_subject` condition.
     broad = {"key_ref": "BROAD", "app": "app-1", "tenants": TENANTS, "subjects": ["*"], "knowledge": [kb.id]}
     dify_keys = {}
     api_keys = [broad]
     env = {"BROAD": "broad-key"}
+    acting_keys = {}
+    for n, tenant in enumerate([*TENANTS, None]):
+        acting_keys[tenant] = f"acting-{n}"
+        env[f"ACTING_{n}"] = f"acting-{n}"
+        api_keys.append({"key_ref": f"ACTING_{n}", "app": "app-1", "tenants": [tenant] if tenant else [],
+                         "subjects": ["*"], "knowledge": [kb.id]})
     for subject, tenant, _ in identities:
         key = (subject, tenant)
         if key not in dify_keys:
@@ -69,10 +76,15 @@ async def test_no_leak_and_nothing_missing_through_all_protocols(engine, kb, cli
                 "extra_params": [{"key": "tenant_id", "value": tenant or ""}, {"key": "subject_id", "value": subject}]}))
             dify = await client.post("/retrieval", headers=bearer(dify_keys[(subject, tenant)]), data=json.dumps({
                 "knowledge_id": kb.id, "query": token, "retrieval_setting": {"top_k": 100, "score_threshold": 0}}))
+            dify_acting = await client.post("/retrieval", headers=bearer(acting_keys[tenant]), data=json.dumps({
+                "knowledge_id": kb.id, "query": token, "retrieval_setting": {"top_k": 100, "score_threshold": 0},
+                "metadata_condition": {"logical_operator": "and", "conditions": [
+                    {"name": "acting_subject", "comparison_operator": "is", "value": subject}]}}))
             answers = {
                 "sparktide": {i["documentId"] for i in (await sparktide.json())["items"]},
                 "agentarts": {r["file_id"] for r in (await agentarts.json())["search_result_list"]},
                 "dify": {r["metadata"]["document_id"] for r in (await dify.json())["records"]},
+                "dify acting subject": {r["metadata"]["document_id"] for r in (await dify_acting.json())["records"]},
             }
         for protocol, got in answers.items():
             if got - expected:
@@ -85,8 +97,9 @@ async def test_no_leak_and_nothing_missing_through_all_protocols(engine, kb, cli
     query_seconds = time.monotonic() - started
     figures("1. Permission isolation at scale",
             f"{CHUNKS} chunks ({len(TENANTS)} tenants incl. prefix-sharing and hostile ids, 15 % shared, 10 % public, "
-            f"5 % without ACL), ingested in {ingest_seconds:.1f} s; {IDENTITIES} random identities × 3 protocols = "
-            f"{IDENTITIES * 3} queries in {query_seconds:.1f} s; leaks found: {len(leaks)}; visible chunks missing: "
+            f"5 % without ACL), ingested in {ingest_seconds:.1f} s; {IDENTITIES} random identities × 4 ways (SparkTide, "
+            f"AgentArts, Dify per-identity key, Dify acting_subject) = {IDENTITIES * 4} queries in "
+            f"{query_seconds:.1f} s; leaks found: {len(leaks)}; visible chunks missing: "
             f"{len(missing)}")
     assert leaks == [], leaks[:5]
     assert missing == [], missing[:5]

@@ -1,4 +1,4 @@
-"""Permissions (CONTRACT §5), defined once: each filter is a pair of an OpenSearch clause and a Python
+"""Permissions (docs/protocols.md §5), defined once: each filter is a pair of an OpenSearch clause and a Python
 predicate over a hit's `_source`, kept side by side so they cannot drift apart.
 
 Pure: no I/O. The clauses go in the `filter` context of the one bool query; the predicates re-check hits.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from es_provider.config import KnowledgeBase, Settings
 from es_provider.embedders import Embedder
 from es_provider.engine import Engine
 from es_provider.ingest.writer import EMBED_BATCH, add_vectors
+from es_provider.naming import index_name, index_pattern, version_of
 from es_provider.query import VECTOR_FIELD
 
 DEFAULT_MAPPINGS = Path(os.environ.get("ES_PROVIDER_MAPPINGS", Path(__file__).resolve().parent.parent / "mappings"))
@@ -54,14 +54,9 @@ def index_body(
     return load_index_body(mappings_dir, replicas=replicas, dimensions=dimensions)
 
 
-def _version_of(index: str, alias: str) -> int | None:
-    match = re.fullmatch(re.escape(alias) + r"-v(\d+)", index)
-    return int(match.group(1)) if match else None
-
-
 async def versions(engine: Engine, kb: KnowledgeBase) -> list[int]:
-    indices = await engine.list_indices(f"{kb.alias}-v*")
-    found = (_version_of(name, kb.alias) for name in indices)
+    indices = await engine.list_indices(index_pattern(kb.alias))
+    found = (version_of(name, kb.alias) for name in indices)
     return sorted(v for v in found if v is not None)
 
 
@@ -75,7 +70,7 @@ async def create(engine: Engine, kb: KnowledgeBase, body: dict[str, Any], *, exi
     if await engine.index_exists(kb.alias):
         raise AdminError(f"an index named {kb.alias} exists where the alias should be")
     existing = await versions(engine, kb)
-    index = f"{kb.alias}-v{(existing[-1] if existing else 0) + 1}"
+    index = index_name(kb.alias, (existing[-1] if existing else 0) + 1)
     await engine.create_index(index, body)
     await engine.update_aliases([{"add": {"index": index, "alias": kb.alias, "is_write_index": True}}])
     return index
@@ -83,7 +78,7 @@ async def create(engine: Engine, kb: KnowledgeBase, body: dict[str, Any], *, exi
 
 async def drop(engine: Engine, kb: KnowledgeBase) -> list[str]:
     """Deletes the alias and every version of the knowledge base's index."""
-    indices = [f"{kb.alias}-v{v}" for v in await versions(engine, kb)]
+    indices = [index_name(kb.alias, v) for v in await versions(engine, kb)]
     for index in indices:
         await engine.delete_index(index)
     return indices
@@ -93,7 +88,7 @@ async def describe(engine: Engine, kb: KnowledgeBase) -> dict[str, Any]:
     return {
         "id": kb.id,
         "alias": kb.alias,
-        "indices": [f"{kb.alias}-v{v}" for v in await versions(engine, kb)],
+        "indices": [index_name(kb.alias, v) for v in await versions(engine, kb)],
         "active": await engine.alias_targets(kb.alias),
     }
 
@@ -190,7 +185,7 @@ async def reindex(
     if not current:
         raise AdminError(f"knowledge base {kb.id} does not exist (no alias {kb.alias})")
     existing = await versions(engine, kb)
-    index = f"{kb.alias}-v{(existing[-1] if existing else 0) + 1}"
+    index = index_name(kb.alias, (existing[-1] if existing else 0) + 1)
     await engine.create_index(index, body)
     try:
         if embedder is not None:

@@ -19,15 +19,17 @@ from es_provider.admission import Admission
 from es_provider.auth import ReplayCache, load_credentials
 from es_provider.config import Settings
 from es_provider.engine import Engine
-from es_provider.errors import ErrorCode, KnowledgeError, StartupError
+from es_provider.errors import ClientDisconnected, ErrorCode, KnowledgeError, StartupError
 from es_provider.idempotency import IdempotencyCache
 from es_provider.metrics import Metrics
 from es_provider.protocols import agentarts, dify, sparktide
-from es_provider.protocols.common import ERROR_CODE
+from es_provider.protocols.kit import ERROR_CODE, Protocol
 from es_provider.retrieval import Retriever
 from es_provider.service import SERVICES, Services
 
 log = logging.getLogger("es_provider.app")
+# nginx's code for "the client closed the request": counted as its own outcome, never as a 503.
+CLIENT_CLOSED = 499
 ENGINE = web.AppKey("engine", Engine)
 METRICS = web.AppKey("metrics", Metrics)
 OPENAPI = web.AppKey("openapi", bytes)
@@ -52,41 +54,55 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ready"})
 
 
-# Path prefix → the protocol whose error body a routing refusal there gets.
-_ERROR_BODIES = (
-    ("/agent/knowledge/", sparktide.error_response),
-    ("/knowledge-bases", agentarts.error_response),
-    ("/retrieval", dify.error_response),
-    ("//retrieval", dify.error_response),
-)
+PROTOCOLS: tuple[Protocol, ...] = (sparktide.PROTOCOL, agentarts.PROTOCOL, dify.PROTOCOL)
 
 
-def _protocol_error(path: str, error: KnowledgeError) -> web.Response | None:
-    for prefix, render in _ERROR_BODIES:
-        if path.startswith(prefix):
-            response = render(error)
-            response[ERROR_CODE] = error.code.value
-            return response
-    return None
+def error_middleware(protocols: tuple[Protocol, ...], metrics: Metrics) -> Any:
+    """The one place a request's failure becomes an answer: a refusal (KnowledgeError) is logged once with its
+    reason and rendered in its protocol's own body; a routing refusal (unknown path, wrong method) under a
+    protocol's prefix likewise; a client that went away is counted as 499; anything unexpected is logged with its
+    traceback and answered UNAVAILABLE, with no detail. Every request is counted and timed."""
+    owners: dict[object, Protocol] = {route.handler: protocol for protocol in protocols for route in protocol.routes}
+    prefixes = [(prefix, protocol) for protocol in protocols for prefix in protocol.prefixes]
 
-
-def guard(metrics: Metrics) -> Any:
-    """One middleware for every request: answers routing refusals (unknown path, wrong method) in the protocol's
-    own body, and records the request metrics. Admission (admission.py) is the handlers' first step, once they know
-    the credential: a slot is taken only when the body is in, so /readyz and /healthz are never shed."""
+    def owner(request: web.Request) -> Protocol | None:
+        found = owners.get(request.match_info.handler)
+        return found or next((p for prefix, p in prefixes if request.path.startswith(prefix)), None)
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         started = time.monotonic()
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else "unmatched"
+        protocol = owner(request)
+        error: KnowledgeError | None = None
         try:
             response: web.StreamResponse = await handler(request)
-        except web.HTTPException as exc:
-            refusal = _protocol_error(request.path, KnowledgeError(ErrorCode.PROTOCOL_ERROR, status=exc.status))
-            if exc.status < 400 or refusal is None:
+        except KnowledgeError as exc:
+            if protocol is None:
                 raise
-            response = refusal
+            error = exc
+            log.info("refused %s: %s %d (%s)", request.path, exc.code.value, exc.status,
+                     exc.detail or exc.safe_message)
+        except web.HTTPException as exc:
+            if exc.status < 400 or protocol is None:
+                raise
+            error = KnowledgeError(ErrorCode.PROTOCOL_ERROR, status=exc.status)
+            log.info("refused %s: %s %d (no such route or method)", request.path, error.code.value, exc.status)
+        except ClientDisconnected as exc:
+            log.info("client disconnected from %s: %s", request.path, exc)
+            response = web.Response(status=CLIENT_CLOSED, reason="Client Closed Request")
+            response[ERROR_CODE] = "CLIENT_DISCONNECTED"
+        except Exception:
+            if protocol is None:
+                raise
+            log.exception("unexpected failure on %s", request.path)
+            error = KnowledgeError(ErrorCode.UNAVAILABLE)
+        if error is not None and protocol is not None:
+            response = protocol.render_error(error)
+            response[ERROR_CODE] = error.code.value
+            if error.status == 408:
+                response.force_close()  # the rest of a stalled body is not waited for
         metrics.requests.labels(route, str(response.status), response.get(ERROR_CODE, "")).inc()
         metrics.latency.labels(route).observe(time.monotonic() - started)
         return response
@@ -140,16 +156,18 @@ async def require_knn(engine: Engine, settings: Settings) -> None:
         )
 
 
-def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> web.Application:
+def create_app(
+    settings: Settings, environ: Mapping[str, str] | None = None, protocols: tuple[Protocol, ...] = PROTOCOLS
+) -> web.Application:
     # Secrets are read now, so a missing one stops the service at start, naming the variable.
     credentials = load_credentials(settings, os.environ if environ is None else environ)
     metrics = Metrics()
     log_exposure(settings)
     # A refused body (413, 408) is drained for at most a second before the connection closes (aiohttp's default
     # of 10 s would keep a stalled sender's connection open twice as long as body_timeout_s allows).
-    app = web.Application(middlewares=[guard(metrics)], handler_args={"lingering_time": 1.0})
+    app = web.Application(middlewares=[error_middleware(protocols, metrics)], handler_args={"lingering_time": 1.0})
     app[METRICS] = metrics
-    app[OPENAPI] = orjson.dumps(openapi.document())
+    app[OPENAPI] = orjson.dumps(openapi.document(protocols))
 
     # Models load now too: a missing package or embedding key stops the service at start.
     models = embedders.build_all(settings, os.environ if environ is None else environ)
@@ -178,12 +196,9 @@ def create_app(settings: Settings, environ: Mapping[str, str] | None = None) -> 
         await _close_all(models)
 
     app.cleanup_ctx.append(engine_context)
-    app.router.add_post("/agent/knowledge/{knowledge_id}/{version}", sparktide.handle)
-    app.router.add_get("/knowledge-bases", agentarts.list_knowledge_bases)
-    app.router.add_post("/knowledge-bases/retrieve", agentarts.retrieve)
-    app.router.add_post("/retrieval", dify.retrieval)
-    app.router.add_post("//retrieval", dify.retrieval)
-    app.router.add_post("/{prefix:.+}/retrieval", dify.misregistered)
+    for protocol in protocols:
+        for route in protocol.routes:
+            app.router.add_route(route.method, route.path, route.handler)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_endpoint)

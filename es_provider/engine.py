@@ -1,7 +1,9 @@
-"""The only module that talks to OpenSearch, and the one place where its errors become domain errors.
+"""The only module that talks to OpenSearch, and the one place where its errors become domain errors: every call,
+scans and bulk streams included, runs inside `engine_errors()`, so nothing the client raises leaves this module as
+anything but a KnowledgeError.
 
 Every call runs inside a budget: the client's request timeout, an asyncio timeout and the tenacity retries of
-transient failures all stop when the budget is spent.
+transient failures (transient.py) all stop when the budget is spent.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import orjson
@@ -22,20 +25,10 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop
 
 from es_provider.deadline import Budget, fixed_budget
 from es_provider.errors import ErrorCode, KnowledgeError
+from es_provider.transient import transient
 
 log = logging.getLogger("es_provider.engine")
 T = TypeVar("T")
-
-_TRANSIENT_STATUS = frozenset({502, 503, 504})
-
-
-def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, ConnectionTimeout):
-        return False  # the budget is what timed out; retrying cannot help
-    if isinstance(exc, OSConnectionError):
-        return True
-    return isinstance(exc, TransportError) and exc.status_code in _TRANSIENT_STATUS
-
 
 def map_error(exc: BaseException) -> KnowledgeError:
     """OpenSearch / transport failure → domain error. Details go to the log, never to a caller."""
@@ -51,6 +44,18 @@ def map_error(exc: BaseException) -> KnowledgeError:
             return KnowledgeError(ErrorCode.RATE_LIMITED, detail=f"engine rejected: {exc}")
         return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"engine error {status}: {exc}")
     return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"unexpected engine failure: {exc!r}")
+
+
+@contextmanager
+def engine_errors() -> Iterator[None]:
+    """The error boundary (as httpx maps transport errors once): whatever the client raises inside leaves as the
+    KnowledgeError `map_error` makes of it."""
+    try:
+        yield
+    except KnowledgeError:
+        raise
+    except Exception as exc:
+        raise map_error(exc) from exc
 
 
 _SEARCH_FIELDS = "timed_out,_shards.failed,hits.hits._index,hits.hits._id,hits.hits._score,hits.hits._source"
@@ -112,18 +117,18 @@ class Engine:
         remaining = budget.remaining(time.monotonic())
         if remaining <= 0:
             raise KnowledgeError(ErrorCode.TIMED_OUT, detail="budget spent before the engine call")
-        # The first attempt runs bare (the hot path); tenacity takes over only after a transient failure.
-        try:
-            async with asyncio.timeout(remaining):
-                return await call(remaining)
-        except Exception as exc:
-            if not (retry and _transient(exc)):
-                raise map_error(exc) from exc
-        await asyncio.sleep(min(0.05, max(0.0, budget.remaining(time.monotonic()))))
-        remaining = budget.remaining(time.monotonic())
-        try:
+        with engine_errors():
+            # The first attempt runs bare (the hot path); tenacity takes over only after a transient failure.
+            try:
+                async with asyncio.timeout(remaining):
+                    return await call(remaining)
+            except Exception as exc:
+                if not (retry and transient(exc)):
+                    raise
+            await asyncio.sleep(min(0.05, max(0.0, budget.remaining(time.monotonic()))))
+            remaining = budget.remaining(time.monotonic())
             async for attempt in AsyncRetrying(
-                retry=retry_if_exception(_transient),
+                retry=retry_if_exception(transient),
                 stop=stop_after_attempt(2) | stop_before_delay(remaining),
                 wait=wait_exponential(multiplier=0.05, max=0.5),
                 reraise=True,
@@ -134,15 +139,21 @@ class Engine:
                         raise TimeoutError
                     async with asyncio.timeout(left):
                         return await call(left)
-        except Exception as exc:
-            raise map_error(exc) from exc
         raise KnowledgeError(ErrorCode.UNAVAILABLE, detail="retry loop ended without a result")  # pragma: no cover
 
     # --- search path ---
 
-    def _observed(self, started: float, ok: bool) -> None:
-        if self._observe is not None:
-            self._observe("search", time.monotonic() - started, ok)
+    @contextmanager
+    def _observed(self) -> Iterator[None]:
+        """Times a search for the metrics, as ok or not."""
+        started = time.monotonic()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            if self._observe is not None:
+                self._observe("search", time.monotonic() - started, ok)
 
     async def search(self, index: str, body: dict[str, Any], budget: Budget) -> dict[str, Any]:
         path = f"/{index}/_search"  # aliases are [a-z0-9_-] (config.py): nothing to escape
@@ -154,14 +165,9 @@ class Engine:
             )
             return response
 
-        started = time.monotonic()
-        try:
+        with self._observed():
             response = await self._call(budget, run)
             _check_search(response)
-        except KnowledgeError:
-            self._observed(started, False)
-            raise
-        self._observed(started, True)
         return response
 
     async def msearch(self, index: str, bodies: list[dict[str, Any]], budget: Budget) -> list[dict[str, Any]]:
@@ -177,17 +183,12 @@ class Engine:
             )
             return response
 
-        started = time.monotonic()
-        try:
+        with self._observed():
             responses = (await self._call(budget, run)).get("responses")
             if not isinstance(responses, list) or len(responses) != len(bodies):
                 raise KnowledgeError(ErrorCode.UNAVAILABLE, detail="msearch answered the wrong number of responses")
             for response in responses:
                 _check_search(response)
-        except KnowledgeError:
-            self._observed(started, False)
-            raise
-        self._observed(started, True)
         return responses
 
     async def knn_available(self, budget: Budget | None = None) -> bool:
@@ -205,9 +206,10 @@ class Engine:
 
     async def scan(self, index: str, *, page: int = 500) -> AsyncIterator[dict[str, Any]]:
         """Every document of `index` (id and _source), in pages, under one point-in-time-free scroll."""
-        async for hit in async_scan(self._client, index=index, size=page, scroll="5m",
-                                    request_timeout=self._timeout_s, query={"query": {"match_all": {}}}):
-            yield hit
+        with engine_errors():
+            async for hit in async_scan(self._client, index=index, size=page, scroll="5m",
+                                        request_timeout=self._timeout_s, query={"query": {"match_all": {}}}):
+                yield hit
 
     async def mapped_fields(self, index: str, fields: tuple[str, ...], budget: Budget) -> set[str]:
         """Fields mapped in EVERY index behind `index` (a field missing from one index is not enforceable there)."""
@@ -362,15 +364,16 @@ class Engine:
         max_chunk_bytes: int = 5 * 1024 * 1024,
     ) -> AsyncIterator[tuple[bool, dict[str, Any]]]:
         """Streams per-action outcomes; failures are yielded (never raised away) so the caller can report them."""
-        async for ok, item in async_streaming_bulk(
-            self._client,
-            actions,
-            chunk_size=chunk_size,
-            max_chunk_bytes=max_chunk_bytes,
-            raise_on_error=False,
-            raise_on_exception=False,
-            max_retries=3,
-            initial_backoff=0.5,
-            request_timeout=self._timeout_s,
-        ):
-            yield ok, item
+        with engine_errors():
+            async for ok, item in async_streaming_bulk(
+                self._client,
+                actions,
+                chunk_size=chunk_size,
+                max_chunk_bytes=max_chunk_bytes,
+                raise_on_error=False,
+                raise_on_exception=False,
+                max_retries=3,
+                initial_backoff=0.5,
+                request_timeout=self._timeout_s,
+            ):
+                yield ok, item

@@ -1,4 +1,4 @@
-"""Pure translation: a Retrieval → ONE OpenSearch search body whose permission clauses are filters.
+"""Pure translation: a SearchRequest → ONE OpenSearch search body whose permission clauses are filters.
 
 The query text is matched as text (multi_match), never parsed as query syntax, so no Lucene operator,
 wildcard or script in it reaches OpenSearch. It is bounded in length so that its analysed terms stay well
@@ -14,7 +14,7 @@ from typing import Any
 
 from es_provider import acl, metadata
 from es_provider.acl import Filter
-from es_provider.domain import Retrieval
+from es_provider.domain import SearchRequest
 
 # English-analysed fields always; the CJK-bigram fields only for a query that has CJK characters (on Latin text
 # they add noise: SciFact nDCG@10 0.691 without them, 0.674 with). Each field adds one clause per analysed term:
@@ -78,7 +78,7 @@ def candidate_count(top_k: int) -> int:
 
 
 def _filters(
-    retrieval: Retrieval, metadata_types: Mapping[str, str] | None
+    retrieval: SearchRequest, metadata_types: Mapping[str, str] | None
 ) -> tuple[list[dict[str, Any]], tuple[Filter, ...]]:
     tagged = acl.permission_clauses(retrieval.identity, retrieval.filters)
     filters: list[dict[str, Any]] = [clause for _, clause in tagged]
@@ -97,7 +97,7 @@ def _envelope(size: int, timeout_ms: int, query: dict[str, Any]) -> dict[str, An
     }
 
 
-def _bm25_query(retrieval: Retrieval, filters: list[dict[str, Any]]) -> dict[str, Any]:
+def _bm25_query(retrieval: SearchRequest, filters: list[dict[str, Any]]) -> dict[str, Any]:
     query_text = bounded_text(retrieval.query)
     text = {
         "multi_match": {
@@ -120,7 +120,7 @@ def _knn_query(vector: Sequence[float], k: int, filters: list[dict[str, Any]]) -
 
 
 def build_search(
-    retrieval: Retrieval, *, timeout_ms: int, metadata_types: Mapping[str, str] | None = None
+    retrieval: SearchRequest, *, timeout_ms: int, metadata_types: Mapping[str, str] | None = None
 ) -> SearchPlan:
     """BM25: one bool query, the text in `must`, every permission and metadata clause in `filter`."""
     filters, applied = _filters(retrieval, metadata_types)
@@ -129,7 +129,7 @@ def build_search(
 
 
 def build_knn(
-    retrieval: Retrieval,
+    retrieval: SearchRequest,
     vector: Sequence[float],
     *,
     timeout_ms: int,
@@ -142,7 +142,7 @@ def build_knn(
 
 
 def build_hybrid(
-    retrieval: Retrieval,
+    retrieval: SearchRequest,
     vector: Sequence[float],
     *,
     depth: int,

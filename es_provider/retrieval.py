@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -13,28 +11,20 @@ from typing import Any
 from es_provider import acl
 from es_provider.config import RetrievalMode, ScoringSettings
 from es_provider.deadline import Budget
-from es_provider.domain import Chunk, Result, Retrieval
+from es_provider.domain import Chunk, SearchRequest, SearchResult
 from es_provider.embedders import Embedder
 from es_provider.engine import Engine
 from es_provider.errors import ErrorCode, KnowledgeError, forbidden, protocol_error
 from es_provider.fusion import reciprocal_rank_fusion
 from es_provider.hits import MalformedHit, to_chunk
+from es_provider.naming import alias_of_index
 from es_provider.query import VECTOR_FIELD, bounded_text, build_hybrid, build_knn, build_search
 from es_provider.scores import normalise_bm25, normalise_cosine
 
 log = logging.getLogger("es_provider.retrieval")
 security_log = logging.getLogger("es_provider.security")
 
-_VERSION_SUFFIX = re.compile(r"-v\d+$")
-
-
-@functools.lru_cache(maxsize=1024)
-def alias_of_index(index: str) -> str:
-    """Concrete indices are named `<alias>-v<N>` (admin.py), so a hit's `_index` names its knowledge base."""
-    return _VERSION_SUFFIX.sub("", index)
-
-
-def resolve_mode(retrieval: Retrieval) -> tuple[RetrievalMode, str | None]:
+def resolve_mode(retrieval: SearchRequest) -> tuple[RetrievalMode, str | None]:
     """The retrieval mode and embedder for a request: the one asked for, or the one its knowledge bases share.
 
     Never a silent fallback: a mode the knowledge bases cannot serve is refused."""
@@ -67,9 +57,9 @@ def scored_hits(
     return [(hit, normalise_bm25(hit.get("_score"), pivot)) for hit in legs[0]]
 
 
-async def retrieve(
+async def run_search(
     engine: Engine,
-    retrieval: Retrieval,
+    retrieval: SearchRequest,
     budget: Budget,
     *,
     scoring: ScoringSettings,
@@ -77,7 +67,7 @@ async def retrieve(
     vector: Sequence[float] | None = None,
     mapped: set[str] | None = None,
     metadata_types: Mapping[str, str] | None = None,
-) -> Result:
+) -> SearchResult:
     if mapped is not None and (cannot := acl.unenforceable(retrieval.filters, mapped)):
         # E.g. an index without ACL fields: refuse rather than answer unfiltered content.
         raise forbidden(detail=f"index cannot enforce {[f.value for f in cannot]}")
@@ -128,7 +118,7 @@ async def retrieve(
         if retrieval.score_threshold > 0 and (chunk.score is None or chunk.score < retrieval.score_threshold):
             continue
         chunks.append(chunk)
-    return Result(chunks=tuple(chunks[: retrieval.top_k]), applied_filters=plan.applied_filters, dropped=dropped)
+    return SearchResult(chunks=tuple(chunks[: retrieval.top_k]), applied_filters=plan.applied_filters, dropped=dropped)
 
 
 class Retriever:
@@ -192,7 +182,7 @@ class Retriever:
             if self._on_embedded is not None:
                 self._on_embedded(time.monotonic() - started, ok)
 
-    async def retrieve(self, retrieval: Retrieval, budget: Budget) -> Result:
+    async def search(self, retrieval: SearchRequest, budget: Budget) -> SearchResult:
         mode, embedder_name = resolve_mode(retrieval)
         index = ",".join(kb.alias for kb in retrieval.knowledge)
         mapped = await self._mapped_fields(index, budget) if retrieval.filters or embedder_name else None
@@ -202,7 +192,7 @@ class Retriever:
                                  detail=f"{index} has no {VECTOR_FIELD} field; run `es-provider kb reindex`")
         types = await self._metadata_types(index, budget) if retrieval.metadata is not None else None
         vector = await self._query_vector(embedder_name, retrieval.query, budget) if embedder_name else None
-        result = await retrieve(
+        result = await run_search(
             self._engine, retrieval, budget, scoring=self._scoring, mode=mode, vector=vector, mapped=mapped,
             metadata_types=types,
         )

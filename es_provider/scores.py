@@ -1,4 +1,4 @@
-"""Score normalisation (CONTRACT §8): every protocol score is in [0, 1], with one meaning per retrieval mode.
+"""Score normalisation (docs/protocols.md §8): every protocol score is in [0, 1], with one meaning per retrieval mode.
 
 - bm25:   raw / (raw + pivot)                 (below)
 - vector: (1 + cosine) / 2, as OpenSearch's Lucene engine scores `cosinesimil`   (normalise_cosine)

@@ -1,6 +1,7 @@
 """Pure: one strict JSON object from text, shared by request bodies and ingest records: valid UTF-8, no byte order
 mark, exactly one object, no duplicate keys at any depth (which one would win is a guess, and a guess about
-`tenant_id` or `acl.public` is a permission), no NaN/Infinity, no lone surrogates, bounded nesting."""
+`tenant_id` or `acl.public` is a permission), no NaN/Infinity, no lone surrogates, bounded nesting. And the one
+strict base model that configuration and protocol requests validate with."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ import json
 import re
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 MAX_DEPTH = 64
+
+
+class StrictModel(BaseModel):
+    """strict: no "5" → 5, no true → 1; forbid: an unknown field is an error; frozen: validated once, then read."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 

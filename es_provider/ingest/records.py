@@ -1,4 +1,4 @@
-"""The JSON Lines ingest record (CONTRACT §9): one document per line."""
+"""The JSON Lines ingest record (docs/protocols.md §9): one document per line."""
 
 from __future__ import annotations
 

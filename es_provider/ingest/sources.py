@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from es_provider.ingest.readers import ReadError, read_file
 from es_provider.ingest.records import AclRecord, DocumentRecord, RecordError, SourceDocument, SourceRef, read_jsonl
 
@@ -19,6 +21,27 @@ class FileDefaults:
     groups: tuple[str, ...] = ()
     public: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class OptionError(ValueError):
+    """A command-line option for files is invalid; the message names the option."""
+
+
+_OPTION_OF = {"tenant_id": "--tenant", "subjects": "--subjects", "groups": "--groups", "metadata": "--metadata"}
+
+
+def check_defaults(defaults: FileDefaults) -> None:
+    """Validates the options every file will get, before any file is read (the same rules as a JSON Lines record)."""
+    try:
+        DocumentRecord(document_id="check", content="", tenant_id=defaults.tenant_id,
+                       acl=AclRecord(subjects=list(defaults.subjects), groups=list(defaults.groups),
+                                     public=defaults.public), metadata=defaults.metadata)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            where = str(error["loc"][0]) if error["loc"] else ""
+            problems.append(f"{_OPTION_OF.get(where, where or 'options')}: {error['msg']}")
+        raise OptionError("; ".join(sorted(set(problems)))) from None
 
 
 def _files(path: Path) -> Iterator[tuple[Path, str]]:

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenacity import AsyncRetrying, RetryError, retry_if_result, stop_after_attempt, wait_exponential
+from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from es_provider.config import KnowledgeBase
 from es_provider.embedders import Embedder, passage_text
@@ -30,10 +30,10 @@ from es_provider.engine import Engine
 from es_provider.ingest.chunker import chunk_id, split_text
 from es_provider.ingest.records import RecordError, SourceDocument
 from es_provider.query import VECTOR_FIELD
+from es_provider.transient import transient_status
 
 LARGE_LOAD_DOCUMENTS = 500
 EMBED_BATCH = 64  # chunks embedded per model call group (ingest and reindex)
-_TRANSIENT = frozenset({429, 500, 502, 503, 504})
 _DONE = object()
 
 Progress = Callable[[int, int], None]  # (documents finished, chunks written) since the last call
@@ -250,8 +250,9 @@ async def _retry_transient(
     embedder: Embedder | None,
 ) -> None:
     def transient() -> list[str]:
+        # A failure without an HTTP status is the request's, not the document's: worth another pass too.
         return sorted({run.document_of[c] for c, (status, _) in run.failed.items()
-                       if (status in _TRANSIENT or not isinstance(status, int)) and c in run.document_of})
+                       if (transient_status(status) or not isinstance(status, int)) and c in run.document_of})
 
     async def resend(ids: list[str]) -> AsyncIterator[dict[str, Any]]:
         async for _, chunks in _chunked(by_id, ids, size=chunk_size, overlap=overlap, embedder=embedder):
@@ -261,18 +262,23 @@ async def _retry_transient(
     if not transient():
         return
     try:
+        # Each pass resends the documents that still have transient failures; a pass that leaves some raises
+        # _StillFailing, which is what tenacity retries on (with backoff), up to `passes` passes.
         async for attempt in AsyncRetrying(
-            retry=retry_if_result(bool),
+            retry=retry_if_exception_type(_StillFailing),
             stop=stop_after_attempt(passes),
             wait=wait_exponential(multiplier=0.5, max=8),
         ):
             with attempt:
                 await _workers(engine, run, resend(transient()), concurrency, max_bytes)
-                remaining = transient()
-            if attempt.retry_state.outcome is not None and not attempt.retry_state.outcome.failed:
-                attempt.retry_state.set_result(remaining)
+                if transient():
+                    raise _StillFailing
     except RetryError:
         pass  # what still failed is reported per document
+
+
+class _StillFailing(Exception):
+    """Some documents still have transient failures after a pass."""
 
 
 async def _delete_stale(engine: Engine, index: str, chunks_of: dict[str, list[str]], batch: int = 500) -> int:

@@ -1,27 +1,28 @@
-"""AgentArts third-party knowledge base API (specs/001): `GET /knowledge-bases`, `POST /knowledge-bases/retrieve`.
+"""AgentArts third-party knowledge base API: `GET /knowledge-bases`, `POST /knowledge-bases/retrieve`
+(docs/protocols.md §2–§7).
 
-Bearer API key (401 when missing, malformed or unknown); the key's scope (CONTRACT §4) decides which knowledge
-bases it may list or search (403 otherwise) and which tenant/subject it acts as; `extra_params` may only narrow it.
+Bearer API key (401 when missing, malformed or unknown); the key's scope (docs/protocols.md §4) decides which
+knowledge bases it may list or search (403 otherwise) and which tenant/subject it acts as; `extra_params` may only
+narrow it.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import time
 from typing import Annotated, Any, Literal
 
 import orjson
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
 from es_provider import acl, auth
 from es_provider.config import ApiKey, KnowledgeBase, RetrievalMode
-from es_provider.deadline import fixed_budget
-from es_provider.domain import Chunk, Retrieval
+from es_provider.domain import Chunk, SearchRequest
 from es_provider.errors import KnowledgeError, forbidden, protocol_error, unauthenticated
-from es_provider.protocols.common import field_names, guarded, read_json
+from es_provider.protocols import kit
 from es_provider.service import SERVICES, Services
+from es_provider.strictjson import StrictModel
 
 log = logging.getLogger("es_provider.agentarts")
 
@@ -32,16 +33,12 @@ MODE_KEY = "retrieval_mode"
 MODES: tuple[RetrievalMode, ...] = ("bm25", "vector", "hybrid")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class ExtraParam(_Strict):
+class ExtraParam(StrictModel):
     key: Annotated[str, Field(min_length=1, max_length=128)]
     value: Annotated[str, Field(max_length=1024)]
 
 
-class RetrieveRequest(_Strict):
+class RetrieveRequest(StrictModel):
     knowledge_base_ids: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(min_length=1, max_length=100)
     query: Annotated[str, Field(min_length=1, max_length=4096)]
     method: Literal["doc"]
@@ -61,13 +58,7 @@ def error_response(error: KnowledgeError) -> web.Response:
 
 
 def _key(request: web.Request, services: Services) -> ApiKey:
-    token = auth.bearer_token(request.headers.get("Authorization"))
-    if token is None:
-        raise unauthenticated("missing or malformed Authorization header")
-    key = auth.api_key_for(services.credentials, token)
-    if key is None:
-        raise unauthenticated("unknown API key")
-    return key
+    return kit.api_key(request, services, missing=unauthenticated, unknown=unauthenticated)
 
 
 def _uint_param(request: web.Request, name: str, default: int, low: int, high: int) -> int:
@@ -115,70 +106,91 @@ def render_chunk(chunk: Chunk) -> dict[str, Any]:
     return result
 
 
-@guarded(error_response, log)
-async def list_knowledge_bases(request: web.Request) -> web.Response:
+async def list_bases(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     key = _key(request, services)
     async with services.admission.slot(f"key:{key.key_ref}"):
-        return await _list(request, services, key)
+        names = request.query.getall("name", [])
+        if len(names) > 1 or (names and len(names[0]) > 64):
+            raise protocol_error("name must be one string of at most 64 characters")
+        offset = _uint_param(request, "offset", 0, 0, 65535)
+        limit = _uint_param(request, "limit", 10, 1, 100)
+        needle = names[0].casefold() if names else ""
+        candidates = [kb for kb in services.settings.knowledge
+                      if kb.id in key.knowledge and needle in kb.name.casefold()]
+        live = await services.retriever.available([kb.alias for kb in candidates], kit.default_budget(services))
+        listed = [kb for kb in candidates if kb.alias in live]
+        return kit.answer({
+            "total": len(listed),
+            "knowledge_base_list": [
+                {"knowledge_base_id": kb.id, "name": kb.name, "description": kb.description}
+                for kb in listed[offset : offset + limit]
+            ],
+        })
 
 
-async def _list(request: web.Request, services: Services, key: ApiKey) -> web.Response:
-    names = request.query.getall("name", [])
-    if len(names) > 1 or (names and len(names[0]) > 64):
-        raise protocol_error("name must be one string of at most 64 characters")
-    offset = _uint_param(request, "offset", 0, 0, 65535)
-    limit = _uint_param(request, "limit", 10, 1, 100)
-    needle = names[0].casefold() if names else ""
-    candidates = [kb for kb in services.settings.knowledge if kb.id in key.knowledge and needle in kb.name.casefold()]
-    budget = fixed_budget(services.settings.server.default_budget_ms, now_monotonic=time.monotonic())
-    live = await services.retriever.available([kb.alias for kb in candidates], budget)
-    listed = [kb for kb in candidates if kb.alias in live]
-    body = {
-        "total": len(listed),
-        "knowledge_base_list": [
-            {"knowledge_base_id": kb.id, "name": kb.name, "description": kb.description}
-            for kb in listed[offset : offset + limit]
-        ],
-    }
-    return web.Response(body=orjson.dumps(body), content_type="application/json")
-
-
-@guarded(error_response, log)
-async def retrieve(request: web.Request) -> web.Response:
+async def search(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     key = _key(request, services)
-    data = await read_json(request, services)
+    data = await kit.read_json(request, services)
     async with services.admission.slot(f"key:{key.key_ref}"):
-        return await _retrieve(services, key, data)
+        req = kit.validate(RetrieveRequest, data)
+        bases = readable(services, key, req.knowledge_base_ids)
+        narrow = narrowing(req.extra_params)
+        mode = narrow.get(MODE_KEY)
+        if mode is not None and mode not in MODES:
+            raise protocol_error(f"extra_params {MODE_KEY} must be one of {', '.join(MODES)}")
+        budget = kit.default_budget(services)
+        identity = auth.api_key_identity(
+            services.settings, key, tenant_id=narrow.get("tenant_id"), subject_id=narrow.get("subject_id")
+        )
+        result = await services.retriever.search(SearchRequest(
+            knowledge=tuple(bases),
+            query=req.query,
+            identity=identity,
+            filters=acl.ordered(f for kb in bases for f in kb.key_filters(end_user="subject_id" in narrow)),
+            top_k=req.top_k,
+            score_threshold=req.search_threshold,
+            mode=next((m for m in MODES if m == mode), None),
+        ), budget)
+        page = result.chunks[req.offset : req.offset + req.limit]
+        return kit.answer({"total": len(result.chunks), "search_result_list": [render_chunk(c) for c in page]})
 
 
-async def _retrieve(services: Services, key: ApiKey, data: dict[str, Any]) -> web.Response:
-    try:
-        req = RetrieveRequest.model_validate(data)
-    except ValidationError as exc:
-        raise protocol_error(f"invalid fields: {field_names(exc.errors())}") from None
-    bases = readable(services, key, req.knowledge_base_ids)
-    narrow = narrowing(req.extra_params)
-    mode = narrow.get(MODE_KEY)
-    if mode is not None and mode not in MODES:
-        raise protocol_error(f"extra_params {MODE_KEY} must be one of {', '.join(MODES)}")
-    identity = auth.api_key_identity(
-        services.settings, key, tenant_id=narrow.get("tenant_id"), subject_id=narrow.get("subject_id")
-    )
-    retrieval = Retrieval(
-        knowledge=tuple(bases),
-        query=req.query,
-        identity=identity,
-        filters=acl.ordered(f for kb in bases for f in kb.key_filters(end_user="subject_id" in narrow)),
-        top_k=req.top_k,
-        score_threshold=req.search_threshold,
-        mode=next((m for m in MODES if m == mode), None),
-    )
-    budget = fixed_budget(services.settings.server.default_budget_ms, now_monotonic=time.monotonic())
-    result = await services.retriever.retrieve(retrieval, budget)
-    if result.dropped:
-        log.warning("permission re-check dropped %d hit(s)", result.dropped)
-    page = result.chunks[req.offset : req.offset + req.limit]
-    body = {"total": len(result.chunks), "search_result_list": [render_chunk(c) for c in page]}
-    return web.Response(body=orjson.dumps(body), content_type="application/json")
+def _list_of(required: dict[str, Any], **optional: Any) -> dict[str, Any]:
+    return {"type": "array", "items": {"type": "object", "required": list(required),
+                                       "properties": {**required, **optional}}}
+
+
+_STRING = {"type": "string"}
+
+PROTOCOL = kit.Protocol(
+    name="agentarts",
+    prefixes=("/knowledge-bases",),
+    render_error=error_response,
+    error_schema={"type": "object", "required": ["error_code", "error_msg"], "properties": {
+        "error_code": {"type": "string"}, "error_msg": {"type": "string"}}},
+    routes=(
+        kit.Route(
+            "GET", "/knowledge-bases", list_bases,
+            summary="AgentArts: knowledge bases this key may read that are available now",
+            parameters=(
+                {"name": "name", "in": "query", "schema": {"type": "string", "maxLength": 64}},
+                {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0, "maximum": 65535}},
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100}},
+            ),
+            answer={"type": "object", "required": ["total", "knowledge_base_list"], "properties": {
+                "total": {"type": "integer"}, "knowledge_base_list": _list_of({
+                    "knowledge_base_id": _STRING, "name": _STRING, "description": _STRING})}},
+        ),
+        kit.Route(
+            "POST", "/knowledge-bases/retrieve", search,
+            summary="AgentArts: retrieve chunks across knowledge bases",
+            request_model=RetrieveRequest,
+            answer={"type": "object", "required": ["total", "search_result_list"], "properties": {
+                "total": {"type": "integer"}, "search_result_list": _list_of({
+                    "knowledge_base_id": _STRING, "file_id": _STRING, "chunk_id": _STRING, "content": _STRING,
+                    "title": _STRING}, score={"type": "number", "minimum": 0, "maximum": 1})}},
+        ),
+    ),
+)

@@ -1,24 +1,21 @@
 """Dify External Knowledge API: `POST /retrieval` (and `//retrieval`, as Dify sends it for an endpoint registered
-with a trailing slash), read from Dify's own client (CONTRACT §11)."""
+with a trailing slash), read from Dify's own client (docs/protocols.md §11)."""
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from typing import Annotated, Any
 
 import orjson
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from es_provider import auth, metadata
-from es_provider.config import ApiKey
-from es_provider.deadline import fixed_budget
-from es_provider.domain import Chunk, Retrieval
+from es_provider.domain import Chunk, SearchRequest
 from es_provider.errors import ErrorCode, KnowledgeError, protocol_error
-from es_provider.protocols.common import field_names, guarded, read_json
-from es_provider.service import SERVICES, Services
+from es_provider.protocols import kit
+from es_provider.service import SERVICES
 
 log = logging.getLogger("es_provider.dify")
 
@@ -118,7 +115,6 @@ def render_record(chunk: Chunk) -> dict[str, Any]:
     return record
 
 
-@guarded(error_response, log)
 async def misregistered(request: web.Request) -> web.Response:
     """`…/retrieval/retrieval` and the like: an endpoint registered with a path that Dify then extends with its own
     `/retrieval`. Dify shows this answer's message to the operator who registers it (404 fails its check)."""
@@ -126,56 +122,60 @@ async def misregistered(request: web.Request) -> web.Response:
                          "/retrieval; Dify adds /retrieval itself.", status=404, detail=f"misregistered {request.path}")
 
 
-@guarded(error_response, log)
-async def retrieval(request: web.Request) -> web.Response:
+async def search(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
-    token = auth.bearer_token(request.headers.get("Authorization"))
-    if token is None:
-        raise malformed_authorization()
-    key = auth.api_key_for(services.credentials, token)
-    if key is None:
-        raise authorization_failed()
-    data = await read_json(request, services)
+    key = kit.api_key(request, services, missing=malformed_authorization, unknown=authorization_failed)
+    data = await kit.read_json(request, services)
     async with services.admission.slot(f"key:{key.key_ref}"):
-        return await _retrieve(services, key, data)
+        req = kit.validate(RetrievalRequest, data)
+        if not req.query:
+            return kit.answer(b'{"records":[]}')  # nothing matches an empty query
+        kb = services.settings.knowledge_base(req.knowledge_id)
+        if kb is None or kb.id not in key.knowledge:
+            raise unknown_knowledge()
+        condition = req.metadata_condition or MetadataCondition()
+        try:
+            acting, rest = take_acting_subject(condition.logical_operator, condition.conditions)
+            conditions = metadata.parse(condition.logical_operator, rest)
+        except metadata.ConditionError as exc:
+            raise protocol_error(str(exc)) from None
+        budget = kit.default_budget(services)
+        try:
+            identity = auth.api_key_identity(services.settings, key, subject_id=acting)
+        except KnowledgeError as exc:
+            refusal = authorization_failed()
+            refusal.detail = exc.detail
+            raise refusal from None
+        setting = req.retrieval_setting
+        result = await services.retriever.search(SearchRequest(
+            knowledge=(kb,),
+            query=req.query,
+            identity=identity,
+            filters=kb.key_filters(end_user=acting is not None),
+            top_k=min(setting.top_k or kb.top_k, MAX_TOP_K),
+            score_threshold=setting.score_threshold,
+            metadata=conditions,
+        ), budget)
+        return kit.answer({"records": [render_record(c) for c in result.chunks]})
 
 
-async def _retrieve(services: Services, key: ApiKey, data: dict[str, Any]) -> web.Response:
-    try:
-        req = RetrievalRequest.model_validate(data)
-    except ValidationError as exc:
-        raise protocol_error(f"invalid fields: {field_names(exc.errors())}") from None
-    if not req.query:
-        # Dify's registration check sends an empty query with the real key: nothing matches it.
-        return web.Response(body=b'{"records":[]}', content_type="application/json")
-    kb = services.settings.knowledge_base(req.knowledge_id)
-    if kb is None or kb.id not in key.knowledge:
-        raise unknown_knowledge()
-    condition = req.metadata_condition or MetadataCondition()
-    try:
-        acting, rest = take_acting_subject(condition.logical_operator, condition.conditions)
-        conditions = metadata.parse(condition.logical_operator, rest)
-    except metadata.ConditionError as exc:
-        raise protocol_error(str(exc)) from None
-    try:
-        identity = auth.api_key_identity(services.settings, key, subject_id=acting)
-    except KnowledgeError as exc:
-        refusal = authorization_failed()
-        refusal.detail = exc.detail
-        raise refusal from None
-    setting = req.retrieval_setting
-    retrieval_request = Retrieval(
-        knowledge=(kb,),
-        query=req.query,
-        identity=identity,
-        filters=kb.key_filters(end_user=acting is not None),
-        top_k=min(setting.top_k or kb.top_k, MAX_TOP_K),
-        score_threshold=setting.score_threshold,
-        metadata=conditions,
-    )
-    budget = fixed_budget(services.settings.server.default_budget_ms, now_monotonic=time.monotonic())
-    result = await services.retriever.retrieve(retrieval_request, budget)
-    if result.dropped:
-        log.warning("permission re-check dropped %d hit(s)", result.dropped)
-    body = {"records": [render_record(c) for c in result.chunks]}
-    return web.Response(body=orjson.dumps(body), content_type="application/json")
+_DIFY_RECORDS = {"type": "object", "required": ["records"], "properties": {"records": {"type": "array", "items": {
+    "type": "object", "required": ["content", "title", "metadata"], "properties": {
+        "content": {"type": "string"}, "score": {"type": "number", "minimum": 0, "maximum": 1},
+        "title": {"type": "string"}, "metadata": {"type": "object"}}}}}}
+
+PROTOCOL = kit.Protocol(
+    name="dify",
+    prefixes=("/retrieval", "//retrieval"),
+    render_error=error_response,
+    error_schema={"type": "object", "required": ["error_code", "error_msg"], "properties": {
+        "error_code": {"oneOf": [{"type": "string"}, {"type": "integer"}]}, "error_msg": {"type": "string"}}},
+    routes=(
+        kit.Route("POST", "/retrieval", search, summary="Dify External Knowledge API",
+                  request_model=RetrievalRequest, answer=_DIFY_RECORDS),
+        kit.Route("POST", "//retrieval", search, summary="the same, for an endpoint registered with a trailing slash",
+                  request_model=RetrievalRequest, answer=_DIFY_RECORDS, in_openapi=False),
+        kit.Route("POST", "/{prefix:.+}/retrieval", misregistered, summary="a misregistered endpoint: 404 saying so",
+                  in_openapi=False),
+    ),
+)

@@ -1,7 +1,8 @@
-"""SparkTide external knowledge callback 1.0 (specs/000) and its legacy format.
+"""SparkTide external knowledge callback 1.0 and its legacy format (docs/protocols.md §2–§7, §12).
 
 `POST /agent/knowledge/{knowledgeId}/{version}`. Everything here is checked before OpenSearch is asked:
-credential (401), knowledge/version/application (403), content type (415), size (413), JSON and fields (400).
+credential (401), knowledge/version (403), content type (415), body size and time (413, 408), signature (401),
+JSON and fields (400), application (403).
 """
 
 from __future__ import annotations
@@ -13,38 +14,33 @@ from typing import Annotated, Any, Literal
 
 import orjson
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
 from es_provider import auth
 from es_provider.acl import Filter, Identity, ordered
 from es_provider.config import FilterName, KnowledgeBase
 from es_provider.deadline import budget_from_deadline
-from es_provider.domain import Result, Retrieval
-from es_provider.errors import KnowledgeError, forbidden, protocol_error, unauthenticated
+from es_provider.domain import SearchRequest, SearchResult
+from es_provider.errors import ErrorCode, KnowledgeError, forbidden, protocol_error, unauthenticated
 from es_provider.logs import REQUEST_IDS
+from es_provider.protocols import kit
 from es_provider.protocols import sparktide_items as items
-from es_provider.protocols.body import check_content_type, parse_object
-from es_provider.protocols.common import field_names, guarded
-from es_provider.service import SERVICES, Services
+from es_provider.service import SERVICES
+from es_provider.strictjson import StrictModel
 
 log = logging.getLogger("es_provider.sparktide")
 
 Id128 = Annotated[str, Field(min_length=1, max_length=128)]
 
 
-class _Strict(BaseModel):
-    # strict: no "5" → 5, no true → 1; forbid: an unknown field is a protocol error.
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class CallbackFilters(_Strict):
+class CallbackFilters(StrictModel):
     appId: Id128
     subjectId: Id128
     tenantId: Annotated[str, Field(max_length=128)] | None
     required: list[FilterName]
 
 
-class CallbackRequest(_Strict):
+class CallbackRequest(StrictModel):
     protocolVersion: Literal["1.0"]
     appId: Id128
     subjectId: Id128
@@ -67,13 +63,6 @@ def error_response(error: KnowledgeError) -> web.Response:
         body=orjson.dumps({"error": {"code": error.code.value}}),
         content_type="application/json",
     )
-
-
-def parse_request(data: dict[str, Any]) -> CallbackRequest:
-    try:
-        return CallbackRequest.model_validate(data)
-    except ValidationError as exc:
-        raise protocol_error(f"invalid fields: {field_names(exc.errors())}") from None
 
 
 def check_consistency(
@@ -103,7 +92,7 @@ def fingerprint(data: dict[str, Any]) -> bytes:
     return hashlib.sha256(orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)).digest()
 
 
-def render_answer(result: Result, *, legacy: bool) -> tuple[bytes, list[str]]:
+def render_answer(result: SearchResult, *, legacy: bool) -> tuple[bytes, list[str]]:
     if legacy:
         rendered = items.render(result.chunks, {}, "documents", legacy=True)
     else:
@@ -129,85 +118,95 @@ def manifest(kb: KnowledgeBase, endpoint: str, version: str | None = None) -> di
     return registration
 
 
-@guarded(error_response, log)
-async def handle(request: web.Request) -> web.Response:
+async def callback(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     settings = services.settings
-    knowledge_id = request.match_info["knowledge_id"]
-    version = request.match_info["version"]
-
+    # Authenticate: the callback secret, then the knowledge base and version it may call.
     token = auth.bearer_token(request.headers.get("Authorization"))
     if token is None:
         raise unauthenticated("missing or malformed Authorization header")
     allowed = auth.callback_knowledge(services.credentials, token)
     if not allowed:
         raise unauthenticated("callback secret matches no knowledge base")
-    kb = settings.knowledge_base(knowledge_id)
+    kb = settings.knowledge_base(request.match_info["knowledge_id"])
+    version = request.match_info["version"]
     if kb is None or kb.id not in allowed or version not in kb.versions:
         raise forbidden("knowledge base unknown, unpublished or not bound to this credential")
 
-    check_content_type(request)
+    # Read the body; only then does the request take a slot.
+    kit.check_content_type(request)
     raw = await services.admission.body(request)
     async with services.admission.slot(f"callback:{kb.id}"):
-        return await _answer(request, services, kb, version, raw)
+        if kb.signature and not auth.verify_signature(
+            services.credentials.callback_secrets[kb.id],
+            timestamp=request.headers.get("X-Knowledge-Timestamp"),
+            signature=request.headers.get("X-Knowledge-Signature"),
+            body=raw,
+            window_s=settings.server.signature_window_s,
+            future_skew_s=settings.server.signature_future_skew_s,
+            replays=services.replays,
+        ):
+            raise unauthenticated("signature missing, malformed, expired, from the future, invalid or replayed")
+
+        # Validate.
+        data = kit.parse_object(raw)
+        req = kit.validate(CallbackRequest, data)
+        REQUEST_IDS.set({"runId": req.runId, "traceId": req.traceId, "executionId": req.executionId})
+        check_consistency(req, knowledge_id=kb.id, version=version,
+                          idempotency_key=request.headers.get("Idempotency-Key"), mandatory=kb.mandatory_filters)
+        if req.appId not in kb.apps:
+            raise forbidden("application not bound to this knowledge base")
+
+        # Budget and identity.
+        budget = budget_from_deadline(
+            req.deadline,
+            now_ms=int(time.time() * 1000),
+            now_monotonic=time.monotonic(),
+            margin_ms=settings.server.deadline_margin_ms,
+            max_ahead_ms=settings.server.max_deadline_ahead_ms,
+        )
+        identity = Identity.of(req.appId, req.tenantId, req.subjectId, auth.groups_of(settings, req.subjectId))
+        search_request = SearchRequest(
+            knowledge=(kb,),
+            query=req.query,
+            identity=identity,
+            filters=ordered([*kb.mandatory_filters, *req.filters.required]),
+            top_k=min(req.topK, kb.top_k),
+        )
+
+        # Search and answer, once per executionId: one execution may ask several knowledge bases, each once; a
+        # retry, or a duplicate still in flight, gets the same bytes.
+        async def search() -> bytes:
+            result = await services.retriever.search(search_request, budget)
+            body, problems = render_answer(result, legacy=kb.protocol == "legacy")
+            for problem in problems:
+                log.warning("result item: %s", problem, extra={"executionId": req.executionId})
+            return body
+
+        key = (kb.id, version, req.appId, req.executionId)
+        return kit.answer(await services.idempotency.once(key, fingerprint(data), search, time.monotonic))
 
 
-async def _answer(
-    request: web.Request, services: Services, kb: KnowledgeBase, version: str, raw: bytes
-) -> web.Response:
-    settings = services.settings
-    if kb.signature and not auth.verify_signature(
-        services.credentials.callback_secrets[kb.id],
-        timestamp=request.headers.get("X-Knowledge-Timestamp"),
-        signature=request.headers.get("X-Knowledge-Signature"),
-        body=raw,
-        window_s=settings.server.signature_window_s,
-        future_skew_s=settings.server.signature_future_skew_s,
-        replays=services.replays,
-    ):
-        raise unauthenticated("signature missing, malformed, expired, from the future, invalid or replayed")
-    data = parse_object(raw)
-    req = parse_request(data)
-    # Every log line of this request carries the platform's ids (logs.py).
-    REQUEST_IDS.set({"runId": req.runId, "traceId": req.traceId, "executionId": req.executionId})
-    check_consistency(
-        req,
-        knowledge_id=kb.id,
-        version=version,
-        idempotency_key=request.headers.get("Idempotency-Key"),
-        mandatory=kb.mandatory_filters,
-    )
-    if req.appId not in kb.apps:
-        raise forbidden("application not bound to this knowledge base")
+_ERROR_CODES = [code.value for code in ErrorCode]
 
-    budget = budget_from_deadline(
-        req.deadline,
-        now_ms=int(time.time() * 1000),
-        now_monotonic=time.monotonic(),
-        margin_ms=settings.server.deadline_margin_ms,
-        max_ahead_ms=settings.server.max_deadline_ahead_ms,
-    )
-    identity = Identity.of(req.appId, req.tenantId, req.subjectId, auth.groups_of(settings, req.subjectId))
-    retrieval = Retrieval(
-        knowledge=(kb,),
-        query=req.query,
-        identity=identity,
-        filters=ordered([*kb.mandatory_filters, *req.filters.required]),
-        top_k=min(req.topK, kb.top_k),
-    )
-
-    async def search() -> bytes:
-        result = await services.retriever.retrieve(retrieval, budget)
-        if result.dropped:
-            log.warning("permission re-check dropped %d hit(s)", result.dropped,
-                        extra={"executionId": req.executionId})
-        body, problems = render_answer(result, legacy=kb.protocol == "legacy")
-        for problem in problems:
-            log.warning("result item: %s", problem, extra={"executionId": req.executionId})
-        return body
-
-    # One executionId per knowledge base and version is answered once (a platform may ask several knowledge
-    # bases within one execution): a retry, or a duplicate still in flight, gets the same answer.
-    key = (kb.id, version, req.appId, req.executionId)
-    body = await services.idempotency.once(key, fingerprint(data), search, time.monotonic)
-    return web.Response(body=body, content_type="application/json")
+PROTOCOL = kit.Protocol(
+    name="sparktide",
+    prefixes=("/agent/knowledge/",),
+    render_error=error_response,
+    error_schema={"type": "object", "required": ["error"], "additionalProperties": False, "properties": {
+        "error": {"type": "object", "required": ["code"], "additionalProperties": False,
+                  "properties": {"code": {"type": "string", "enum": _ERROR_CODES}}}}},
+    schemas={"KnowledgeAnswer": items.ANSWER_SCHEMA, "LegacyAnswer": items.LEGACY_SCHEMA},
+    routes=(kit.Route(
+        "POST", "/agent/knowledge/{knowledge_id}/{version}", callback,
+        summary="SparkTide external knowledge callback 1.0 (or legacy)",
+        request_model=CallbackRequest,
+        parameters=(
+            {"name": "knowledge_id", "in": "path", "required": True, "schema": {"type": "string"}},
+            {"name": "version", "in": "path", "required": True, "schema": {"type": "string"}},
+            {"name": "Idempotency-Key", "in": "header", "required": True, "schema": {"type": "string"}},
+        ),
+        answer={"oneOf": [{"$ref": "#/components/schemas/KnowledgeAnswer"},
+                          {"$ref": "#/components/schemas/LegacyAnswer"}]},
+    ),),
+)

@@ -217,3 +217,25 @@ def render(chunks: Iterable[Chunk], envelope: dict[str, Any], key: str, *, legac
     out.body = head + b"[" + b",".join(parts) + b"]}"
     out.count = len(parts)
     return out
+
+
+# The answers' shapes for /openapi.json, from the same limits the rendering enforces.
+_SOURCE_SCHEMA = {"type": "object", "required": ["type", "id"], "properties": {
+    "type": {"type": "string", "enum": list(SOURCE_TYPES)}, "id": {"type": "string", "maxLength": MAX_SOURCE_ID},
+    "version": {"type": "string"}, "page": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
+    "locator": {"type": "string", "maxLength": MAX_LOCATOR}, "uri": {"type": "string", "maxLength": MAX_URI}}}
+_ITEM_SCHEMA = {"type": "object", "required": ["id", "documentId", "content", "source"], "properties": {
+    "id": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,128}$"}, "documentId": {"type": "string"},
+    "content": {"type": "string", "minLength": 1, "maxLength": MAX_CONTENT},
+    "title": {"type": "string", "maxLength": MAX_TITLE}, "source": _SOURCE_SCHEMA,
+    "score": {"type": "number", "minimum": 0, "maximum": 1}, "metadata": {"type": "object"},
+    "tenantId": {"type": "string", "maxLength": MAX_TENANT}}}
+ANSWER_SCHEMA = {"type": "object", "required": ["protocolVersion", "appliedFilters", "items"], "properties": {
+    "protocolVersion": {"type": "string", "enum": ["1.0"]},
+    "appliedFilters": {"type": "array", "items": {"type": "string", "enum": ["TENANT", "SUBJECT"]}},
+    "items": {"type": "array", "maxItems": MAX_ITEMS, "items": _ITEM_SCHEMA}}}
+LEGACY_SCHEMA = {"type": "object", "required": ["documents"], "properties": {"documents": {
+    "type": "array", "maxItems": MAX_ITEMS, "items": {"type": "object", "required": ["id", "text", "source"],
+                                                      "properties": {
+        "id": {"type": "string"}, "text": {"type": "string"}, "title": {"type": "string"},
+        "source": {"type": "string"}, "tenantId": {"type": "string"}}}}}}

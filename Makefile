@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install lint compose-check test run opensearch-start opensearch-stop bench reliability
+.PHONY: install lint compose-check test unit integration run opensearch-start opensearch-stop bench reliability
 
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,14 @@ compose-check:
 # Unit and integration tests; the suite starts a real OpenSearch itself (tests/conftest.py).
 test: install lint compose-check
 	$(BIN)/pytest
+
+# The pure, table-driven tests alone: no engine, a few seconds.
+unit: install
+	$(BIN)/pytest tests/unit
+
+# The tests against a real OpenSearch node (started as for `make test`).
+integration: install
+	$(BIN)/pytest tests/integration
 
 run: install
 	scripts/run-demo

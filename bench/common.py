@@ -7,7 +7,6 @@ import json
 import os
 import platform
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # the tests' helpers package (request builders, launcher) is shared here
+from helpers.served import Served, run_loadgen  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results"
 DOCS = ROOT / "docs"
 PYTHON = sys.executable
@@ -84,12 +86,6 @@ def start_opensearch() -> str:
     return result.stdout.strip().splitlines()[-1]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def cli(*args: str, url: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OPENSEARCH_URL": url}
     result = subprocess.run([PYTHON, "-m", "es_provider.cli", *args], env=env, capture_output=True, text=True)
@@ -98,56 +94,29 @@ def cli(*args: str, url: str) -> subprocess.CompletedProcess[str]:
     return result
 
 
-class Service:
-    def __init__(self, base: str, pid: int) -> None:
-        self.base = base
-        self.pid = pid
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU time the service process has used so far."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @contextmanager
-def service(config: Path, url: str, *, loop: str = "asyncio") -> Iterator[Service]:
-    """`es-provider serve` in its own process; yields it once /healthz answers."""
-    port = free_port()
-    env = {**os.environ, "OPENSEARCH_URL": url, "BENCH_SECRET": SECRET, "BENCH_API_KEY": API_KEY}
-    process = subprocess.Popen(
-        [PYTHON, "-m", "es_provider.cli", "serve", "--config", str(config), "--port", str(port), "--loop", loop],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            try:
-                with urllib.request.urlopen(f"{base}/healthz", timeout=1):
-                    break
-            except OSError:
-                if process.poll() is not None:
-                    raise SystemExit(f"the service exited:\n{process.stderr.read() if process.stderr else ''}")
-                time.sleep(0.1)
-        yield Service(base, process.pid)
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+def service(config: Path, url: str, *, loop: str = "asyncio") -> Iterator[Served]:
+    """`es-provider serve` in its own process (the tests' launcher); yields it once /healthz answers."""
+    env = {"OPENSEARCH_URL": url, "BENCH_SECRET": SECRET, "BENCH_API_KEY": API_KEY}
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            served = Served(config, env, Path(folder) / "service.log", args=("--loop", loop))
+        except RuntimeError as exc:
+            raise SystemExit(f"the service did not start: {exc}") from None
+        try:
+            yield served
+        finally:
+            served.stop()
 
 
 def loadgen(spec: dict[str, Any]) -> dict[str, Any]:
     """Runs bench/loadgen.py in a separate process with `spec`; returns its JSON answer."""
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump(spec, handle)
-        path = handle.name
+    import asyncio
+
     try:
-        result = subprocess.run([PYTHON, "-m", "bench.loadgen", path], capture_output=True, text=True, cwd=ROOT,
-                                timeout=900)
-    finally:
-        os.unlink(path)
-    if result.returncode != 0:
-        raise SystemExit(f"load generator failed:\n{result.stderr[-3000:]}")
-    answer: dict[str, Any] = json.loads(result.stdout)
-    return answer
+        return asyncio.run(run_loadgen(spec))
+    except RuntimeError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def config_text(url: str, knowledge: list[dict[str, Any]], api_knowledge: list[str]) -> str:

@@ -55,26 +55,23 @@ ACL_GROUPS = [f"group-{i:03d}" for i in range(40)]
 
 def callback(kb_id: str, query: str, *, subject: str = "bench-user", required: list[str] | None = None,
              top_k: int = 10) -> dict[str, Any]:
-    required = ["TENANT", "SUBJECT"] if required is None else required
-    return {
-        "protocolVersion": "1.0", "appId": "bench", "subjectId": subject, "tenantId": scifact.TENANT,
-        "knowledgeId": kb_id, "version": "1", "query": query, "topK": top_k,
-        "filters": {"appId": "bench", "subjectId": subject, "tenantId": scifact.TENANT, "required": required},
-        "runId": "bench", "traceId": "bench", "executionId": "x", "deadline": 0, "trustedContext": {},
-    }
+    from helpers import calls  # the tests' one callback builder (bench.common puts tests/ on the path)
+
+    return calls.body(subject, scifact.TENANT, app="bench", knowledge=kb_id, version="1", required=required,
+                      query=query, topK=top_k, runId="bench", traceId="bench", executionId="x", deadline=0)
 
 
 def search_body(kb: dict[str, Any], query: str, *, subject: str, groups: list[str], filters: bool) -> dict[str, Any]:
     """Exactly the body the service builds for this query and identity."""
     from es_provider.acl import Filter, Identity
     from es_provider.config import KnowledgeBase
-    from es_provider.domain import Retrieval
+    from es_provider.domain import SearchRequest
     from es_provider.query import build_search
 
     definition = KnowledgeBase.model_validate(kb, strict=False)
     identity = Identity.of("bench", scifact.TENANT, subject, frozenset(groups))
     chosen = (Filter.TENANT, Filter.SUBJECT) if filters else ()
-    return build_search(Retrieval((definition,), query, identity, chosen, 10), timeout_ms=10_000).body
+    return build_search(SearchRequest((definition,), query, identity, chosen, 10), timeout_ms=10_000).body
 
 
 # --- 1. ingest ---

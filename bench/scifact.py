@@ -22,7 +22,7 @@ def check(data: Path) -> None:
 
 
 def write_records(data: Path, out: Path, *, acl: Any = None) -> int:
-    """corpus.jsonl → ingest records (CONTRACT §9) in one tenant, readable by the benchmark subject's group.
+    """corpus.jsonl → ingest records (docs/protocols.md §9) in one tenant, readable by the benchmark subject's group.
     `acl(i)` may give each document its own ACL instead."""
     count = 0
     with (data / "corpus.jsonl").open(encoding="utf-8") as corpus, out.open("w", encoding="utf-8") as records:

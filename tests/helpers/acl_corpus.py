@@ -1,4 +1,4 @@
-"""A permission test corpus and its plain-Python oracle (CONTRACT §5), shared by every protocol's tests.
+"""A permission test corpus and its plain-Python oracle (docs/protocols.md §5), shared by every protocol's tests.
 
 Every document contains the word "alpha", so one query matches all of them and what each identity gets back is
 decided by permissions alone. No identity below may read more than 10 documents (the SparkTide topK limit).
@@ -7,6 +7,8 @@ decided by permissions alone. No identity below may read more than 10 documents 
 from __future__ import annotations
 
 from typing import Any
+
+from helpers import oracle
 
 TENANTS: list[str | None] = ["team-a", "team-b", "team-c", None, "team-a2"]
 ACLS: dict[str, dict[str, Any]] = {
@@ -46,16 +48,8 @@ def documents() -> list[dict[str, Any]]:
     return docs
 
 
-def visible(subject: str, tenant: str | None, filters: tuple[str, ...] = ("TENANT", "SUBJECT")) -> set[str]:
+def visible(subject: str, tenant: str | None, filters: tuple[str, ...] = oracle.BOTH) -> set[str]:
     """Documents `subject` of `tenant` may read when `filters` apply."""
-    groups = set(GROUPS.get(subject, []))
-    seen = set()
-    for doc in documents():
-        acl = doc["acl"]
-        doc_tenant = doc.get("tenant_id")
-        if "TENANT" in filters and doc_tenant not in (None, "") and doc_tenant != (tenant or None):
-            continue
-        if "SUBJECT" in filters and not (acl["public"] or subject in acl["subjects"] or groups & set(acl["groups"])):
-            continue
-        seen.add(doc["document_id"])
-    return seen
+    groups = GROUPS.get(subject, [])
+    tenants = {tenant} if tenant else set()
+    return {d["document_id"] for d in documents() if oracle.visible(d, subject, tenants, groups, filters)}

@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from helpers import oracle
+
 TOKEN_USES = 4  # each query token appears in exactly this many chunks (≤ top_k, so the oracle set is exact)
 
 # Hostile ids: wildcard-looking, query syntax, very long, unicode, and tenants that prefix one another.
@@ -42,6 +44,4 @@ def corpus(rng: random.Random, chunks: int) -> tuple[list[dict[str, Any]], dict[
 
 
 def visible(doc: dict[str, Any], subject: str, tenant: str | None, groups: set[str]) -> bool:
-    tenant_ok = doc.get("tenant_id") is None or doc.get("tenant_id") == tenant
-    acl = doc["acl"]
-    return tenant_ok and (acl["public"] or subject in acl["subjects"] or bool(groups & set(acl["groups"])))
+    return oracle.visible(doc, subject, {tenant} if tenant else set(), groups)

@@ -1,26 +1,30 @@
-"""Building SparkTide callback requests in tests."""
+"""Building protocol requests in tests and benchmarks: the one SparkTide callback body."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from conftest import CALLBACK_SECRET
+from helpers.setup import CALLBACK_SECRET
 
 ROUTE = "/agent/knowledge/project-documents/1.0.0"
 
 
-def body(subject: str = "u-alice", tenant: str | None = "team-a", **changes: Any) -> dict[str, Any]:
+def body(subject: str = "u-alice", tenant: str | None = "team-a", *, app: str = "app-1",
+         knowledge: str = "project-documents", version: str = "1.0.0", required: list[str] | None = None,
+         **changes: Any) -> dict[str, Any]:
+    """A valid callback body for `subject` of `tenant`; `changes` replace top-level fields."""
     request: dict[str, Any] = {
         "protocolVersion": "1.0",
-        "appId": "app-1",
+        "appId": app,
         "subjectId": subject,
         "tenantId": tenant,
-        "knowledgeId": "project-documents",
-        "version": "1.0.0",
+        "knowledgeId": knowledge,
+        "version": version,
         "query": "installation",
         "topK": 3,
-        "filters": {"appId": "app-1", "subjectId": subject, "tenantId": tenant, "required": ["TENANT", "SUBJECT"]},
+        "filters": {"appId": app, "subjectId": subject, "tenantId": tenant,
+                    "required": ["TENANT", "SUBJECT"] if required is None else required},
         "runId": "run-1",
         "traceId": "trace-1",
         "executionId": "exec-1",

@@ -15,6 +15,7 @@ class EngineProxy:
     target: str
     delay_s: float = 0.0
     status: int | None = None
+    fail_matching: str | None = None  # answer `status` only to requests whose method+path contains this
     requests: list[str] = field(default_factory=list)
     url: str = ""
     _runner: web.AppRunner | None = None
@@ -28,7 +29,7 @@ class EngineProxy:
         self.requests.append(f"{request.method} {request.path_qs}")
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
-        if self.status is not None:
+        if self.status is not None and (self.fail_matching is None or self.fail_matching in self.requests[-1]):
             return web.json_response({"error": {"type": "injected"}, "status": self.status}, status=self.status)
         assert self._session is not None
         body = await request.read()

@@ -1,19 +1,25 @@
-"""The real `es-provider serve` in its own process (JSON logs captured to a file), for tests that need a
-separate process: signals, resident memory, log contents, a load generator from outside."""
+"""The real `es-provider serve` in its own process (JSON logs captured to a file), for tests and benchmarks that
+need a separate process: signals, resident memory and CPU time, log contents; and the load generator
+(bench/loadgen.py) run from outside."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def free_port() -> int:
@@ -69,6 +75,11 @@ class Served:
         )
         wait_until_answering(f"{self.base}/healthz", self.process, 20, log_path)
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the service process has used so far."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def rss_kib(self) -> int:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -86,3 +97,18 @@ class Served:
         code = self.process.wait(timeout=timeout)
         self._log.close()
         return code
+
+
+async def run_loadgen(spec: dict[str, Any], *, nice: int = 0) -> dict[str, Any]:
+    """bench/loadgen.py in its own process with `spec` (at `nice`); its JSON answer."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as handle:
+        json.dump(spec, handle)
+        handle.flush()
+        process = await asyncio.create_subprocess_exec(
+            "nice", "-n", str(nice), sys.executable, "-m", "bench.loadgen", handle.name, cwd=ROOT,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = await process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"load generator failed: {err.decode()[-3000:]}")
+    answer: dict[str, Any] = json.loads(out)
+    return answer

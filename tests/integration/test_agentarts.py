@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from conftest import API_KEY, api_key, bearer, load_records, new_kb
+from helpers.setup import API_KEY, api_key, bearer, load_records, new_kb
 
 from es_provider import admin
 

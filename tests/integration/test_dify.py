@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from conftest import API_KEY, api_key, bearer, load_records, new_kb
+from helpers.setup import API_KEY, api_key, bearer, load_records, new_kb
 
 JAN_2025 = 1735689600  # Unix seconds
 JUL_2025 = 1751328000
@@ -321,7 +321,7 @@ def acting(user: Any, *others: tuple[str, str, Any], logical: str = "and") -> di
 async def test_acting_subject_equals_agentarts_subject_narrowing(engine, kb, client_for) -> None:
     import random
 
-    import acl_corpus
+    from helpers import acl_corpus, oracle
 
     await load_records(engine, kb, acl_corpus.documents())
     keys = [api_key(["project-documents"], ref=f"KEY_{name.upper().replace('-', '_')}", **spec)
@@ -357,8 +357,7 @@ async def test_acting_subject_equals_agentarts_subject_narrowing(engine, kb, cli
         got_agentarts = {r["file_id"] for r in (await agentarts.json())["search_result_list"]}
         groups = set(acl_corpus.GROUPS.get(user, [])) | set(spec.get("groups", []))
         expected = {d["document_id"] for d in acl_corpus.documents()
-                    if d.get("tenant_id") in (None, *spec["tenants"])
-                    and (d["acl"]["public"] or user in d["acl"]["subjects"] or groups & set(d["acl"]["groups"]))}
+                    if oracle.visible(d, user, spec["tenants"], groups)}
         assert got_dify == got_agentarts == expected, (name, user)
     assert checked > 10 and refused > 5
 

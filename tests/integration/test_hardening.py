@@ -17,11 +17,11 @@ import urllib.request
 import uuid
 from typing import Any
 
-import acl_corpus
 import pytest
-from callbacks import ROUTE, body, headers
-from conftest import CALLBACK_SECRET, TEST_ENV, api_key, bearer, load_records, new_kb
-from served import Served, write_config
+from helpers import acl_corpus
+from helpers.calls import ROUTE, body, headers
+from helpers.served import Served, write_config
+from helpers.setup import CALLBACK_SECRET, TEST_ENV, api_key, bearer, load_records, new_kb
 
 from es_provider.query import MAX_QUERY_UNITS, bounded_text, text_fields
 
@@ -51,7 +51,7 @@ async def test_keys_stay_in_their_tenants_without_mandatory_filters(engine, kb, 
                                   api_keys=[api_key([b.id for b in bases], tenants=["team-a"], subject="u-alice")])
     assert "no-filters has no mandatory_filters" in caplog.text and "legacy has no mandatory_filters" in caplog.text
 
-    in_team_a = {d["document_id"] for d in acl_corpus.documents() if d.get("tenant_id") in (None, "team-a")}
+    in_team_a = acl_corpus.visible("u-alice", "team-a", ("TENANT",))
     assert "team-b-bob" not in in_team_a  # the kind of chunk the adversarial test read through a team-a key
     expected = {"no-filters": in_team_a, "legacy": in_team_a, "subject-only": acl_corpus.visible("u-alice", "team-a")}
     for base in bases:

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import served
-from callbacks import ROUTE, body, headers
-from conftest import api_key, bearer, load_records, new_kb
+from helpers import served
+from helpers.calls import ROUTE, body, headers
+from helpers.setup import api_key, bearer, load_records, new_kb
 
 from es_provider import admin
 from es_provider.deadline import fixed_budget
@@ -253,3 +253,59 @@ async def test_killed_ingest_converges_on_a_rerun(opensearch, engine, kb, tmp_pa
 def test_bad_ingest_options_exit_2(opensearch, kb, tmp_path, args) -> None:
     result = cli(opensearch, "ingest", "--config", str(write_config(tmp_path, kb)), "--kb", kb.id, *args, str(FILES))
     assert result.returncode == 2
+
+
+# --- the command line's error boundary: one clear line and a non-zero exit, never a traceback ---
+
+
+async def test_engine_failure_during_a_scan_is_one_line(engine, opensearch, tmp_path, proxy) -> None:
+    # Reindexing a knowledge base with an embedder copies its chunks through a scan (scroll), embedding them.
+    from helpers.setup import E5, vector_kb
+
+    kb = vector_kb()
+    await admin.create(engine, kb, admin.load_index_body(dimensions=384))
+    try:
+        await load_records(engine, kb, [{"document_id": f"d{i}", "content": "alpha", "acl": {"public": True}}
+                                        for i in range(5)])
+        entry = {"id": kb.id, "name": kb.name, "versions": ["1.0.0"], "alias": kb.alias, "top_k": 10,
+                 "secret_ref": "TEST_CALLBACK_KEY", "apps": ["app-1"], "retrieval": "hybrid", "embedder": "e5"}
+        config = served.write_config(tmp_path / "config.toml", proxy.url, [entry], embedders={"e5": E5})
+        proxy.status, proxy.fail_matching = 503, "scroll"  # the scan fails; everything else goes through
+        done = await asyncio.to_thread(cli, type("Node", (), {"url": proxy.url})(), "kb", "reindex", "--config",
+                                       str(config), "--kb", kb.id)
+        assert done.returncode != 0
+        assert done.stderr.count("\n") == 1 and done.stderr.startswith("es-provider: OpenSearch: KNOWLEDGE_"), done.stderr
+        assert "Traceback" not in done.stderr + done.stdout
+        assert await engine.alias_targets(kb.alias) == [f"{kb.alias}-v1"]  # the old index keeps serving
+    finally:
+        await admin.drop(engine, kb)
+
+
+async def test_engine_failure_during_bulk_names_each_document(engine, opensearch, tmp_path, proxy) -> None:
+    kb = new_kb()
+    await admin.create(engine, kb, admin.load_index_body())
+    try:
+        config = write_config(tmp_path, kb)
+        records = tmp_path / "docs.jsonl"
+        records.write_text("".join(json.dumps({"document_id": f"d{i}", "content": "alpha", "acl": {"public": True}})
+                                   + "\n" for i in range(3)))
+        proxy.status, proxy.fail_matching = 503, "_bulk"
+        done = await asyncio.to_thread(cli, type("Node", (), {"url": proxy.url})(), "ingest", "--config", str(config),
+                                       "--kb", kb.id, str(records))
+        assert done.returncode == 1 and "Traceback" not in done.stderr + done.stdout
+        failed = [line for line in done.stderr.splitlines() if line.startswith("failed: ")]
+        assert len(failed) == 3 and all(f"d{i}" in done.stderr for i in range(3))
+        assert "3 failed" in done.stdout
+    finally:
+        await admin.drop(engine, kb)
+
+
+def test_invalid_file_options_are_a_clear_message(opensearch, tmp_path) -> None:
+    config = write_config(tmp_path, new_kb())
+    (tmp_path / "a.txt").write_text("alpha")
+    done = cli(opensearch, "ingest", "--config", str(config), "--kb", "project-documents", "--tenant", "t" * 200,
+               str(tmp_path / "a.txt"))
+    assert done.returncode == 2 and done.stderr == "es-provider: --tenant: String should have at most 128 characters\n"
+    done = cli(opensearch, "ingest", "--config", str(config), "--kb", "project-documents", "--groups", "g" * 200,
+               str(tmp_path / "a.txt"))
+    assert done.returncode == 2 and done.stderr.startswith("es-provider: --groups: ")

@@ -13,8 +13,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from callbacks import body, headers
-from conftest import LOCAL, load_records, new_kb
+from helpers.calls import body, headers
+from helpers.setup import LOCAL, load_records, new_kb
 
 from es_provider import admin
 from es_provider.engine import Engine

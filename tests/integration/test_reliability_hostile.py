@@ -13,10 +13,11 @@ import uuid
 from typing import Any
 
 import pytest
-from conftest import API_KEY, CALLBACK_SECRET, HEAVY, TEST_ENV
+from helpers import calls
+from helpers.served import Served, write_config
+from helpers.setup import API_KEY, CALLBACK_SECRET, HEAVY, TEST_ENV
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from served import Served, write_config
 
 EXAMPLES = 600 if HEAVY else 80
 
@@ -70,11 +71,7 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=20), children, max_size=5),
     max_leaves=30,
 )
-VALID_CALLBACK = {"protocolVersion": "1.0", "appId": "app-1", "subjectId": "u-alice", "tenantId": "team-a",
-                  "knowledgeId": "project-documents", "version": "1.0.0", "query": "installation", "topK": 3,
-                  "filters": {"appId": "app-1", "subjectId": "u-alice", "tenantId": "team-a",
-                              "required": ["TENANT", "SUBJECT"]},
-                  "runId": "r", "traceId": "t", "executionId": "e", "deadline": 0, "trustedContext": {}}
+VALID_CALLBACK = calls.body(runId="r", traceId="t", executionId="e", deadline=0)
 VALID_RETRIEVE = {"knowledge_base_ids": ["project-documents"], "query": "installation", "method": "doc"}
 VALID_DIFY = {"knowledge_id": "project-documents", "query": "installation",
               "retrieval_setting": {"top_k": 3, "score_threshold": 0.0}, "metadata_condition": None}

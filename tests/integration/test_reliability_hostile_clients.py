@@ -4,18 +4,13 @@ generator in another process. Another key keeps being answered: no 429, and its 
 from __future__ import annotations
 
 import asyncio
-import json
 import math
-import os
-import subprocess
-import sys
-import tempfile
 import urllib.request
 from typing import Any
 
 import pytest
-from conftest import API_KEY, HEAVY, ROOT, TEST_ENV, load_records
-from served import Served, write_config
+from helpers.served import Served, run_loadgen, write_config
+from helpers.setup import API_KEY, HEAVY, TEST_ENV, load_records
 
 PHASE_SECONDS = 30 if HEAVY else 8
 RATE = 40  # the calm key's requests per second
@@ -49,17 +44,8 @@ async def service(engine, kb, opensearch, tmp_path) -> Any:
 
 async def loadgen(served: Served, key: str, *, nice: int = 0, **spec: Any) -> Any:
     body = {"knowledge_base_ids": ["project-documents"], "query": "installation alpha", "method": "doc", "top_k": 5}
-    full = {"mode": "service", "protocol": "agentarts", "target": f"{served.base}/knowledge-bases/retrieve",
-            "secret": key, "bodies": [body], **spec}
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump(full, handle)
-    process = await asyncio.create_subprocess_exec("nice", "-n", str(nice), sys.executable, "-m", "bench.loadgen",
-                                                   handle.name, cwd=ROOT,
-                                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, err = await process.communicate()
-    os.unlink(handle.name)
-    assert process.returncode == 0, err.decode()[-2000:]
-    return json.loads(out)
+    return await run_loadgen({"mode": "service", "protocol": "agentarts", "secret": key, "bodies": [body],
+                              "target": f"{served.base}/knowledge-bases/retrieve", **spec}, nice=nice)
 
 
 async def calm(served: Served) -> tuple[float, int, int, float]:

@@ -11,8 +11,9 @@ import random
 import time
 from typing import Any
 
-from acl_random import GROUPS, SUBJECTS, TENANTS, corpus, visible
-from conftest import HEAVY, bearer, load_records
+from helpers import calls
+from helpers.acl_random import GROUPS, SUBJECTS, TENANTS, corpus, visible
+from helpers.setup import HEAVY, bearer, load_records
 
 CHUNKS = 20_000 if HEAVY else 5_000
 IDENTITIES = 10_000 if HEAVY else 2_000
@@ -63,14 +64,9 @@ async def test_no_leak_and_nothing_missing_through_all_protocols(engine, kb, cli
         expected = {d for d in uses[token] if visible(by_id[d], subject, tenant, groups)}
         async with gate:
             execution = f"iso-{n}"
-            sparktide = await client.post("/agent/knowledge/project-documents/1.0.0", headers={
-                "Authorization": "Bearer test-callback-secret-0123456789", "Idempotency-Key": execution}, json={
-                "protocolVersion": "1.0", "appId": "app-1", "subjectId": subject, "tenantId": tenant,
-                "knowledgeId": "project-documents", "version": "1.0.0", "query": token, "topK": 10,
-                "filters": {"appId": "app-1", "subjectId": subject, "tenantId": tenant,
-                            "required": ["TENANT", "SUBJECT"]},
-                "runId": "r", "traceId": "t", "executionId": execution,
-                "deadline": int(time.time() * 1000) + 30_000, "trustedContext": {}})
+            sparktide = await client.post(calls.ROUTE, headers=calls.headers(**{"Idempotency-Key": execution}),
+                                          json=calls.body(subject, tenant, query=token, topK=10, executionId=execution,
+                                                          deadline=int(time.time() * 1000) + 30_000))
             agentarts = await client.post("/knowledge-bases/retrieve", headers=bearer("broad-key"), data=json.dumps({
                 "knowledge_base_ids": [kb.id], "query": token, "method": "doc", "limit": 100,
                 "extra_params": [{"key": "tenant_id", "value": tenant or ""}, {"key": "subject_id", "value": subject}]}))
@@ -109,7 +105,7 @@ async def test_shared_index_statistics_side_channel_is_measured(engine, kb, clie
     """BM25 statistics (document frequency) are index-wide: a reader's scores move when chunks it cannot read
     contain its query words. Measured here so the README can state it; separate knowledge bases (indices) per
     tenant close it."""
-    from conftest import new_kb
+    from helpers.setup import new_kb
 
     from es_provider import admin
 

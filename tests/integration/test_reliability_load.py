@@ -6,18 +6,15 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
-import subprocess
-import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CALLBACK_SECRET, HEAVY, ROOT, TEST_ENV, load_records
-from served import Served, write_config
+from helpers import calls
+from helpers.served import Served, run_loadgen, write_config
+from helpers.setup import CALLBACK_SECRET, HEAVY, ROOT, TEST_ENV, load_records
 
 SOAK_SECONDS = 60 if HEAVY else 15
 RATE = 50 if HEAVY else 40  # requests per second, offered whatever the answers do
@@ -26,11 +23,7 @@ DOCS = [{"document_id": f"d{i}", "title": f"note {i}", "content": f"installation
 
 
 def callback(query: str) -> dict[str, Any]:
-    return {"protocolVersion": "1.0", "appId": "app-1", "subjectId": "u-alice", "tenantId": "team-a",
-            "knowledgeId": "project-documents", "version": "1.0.0", "query": query, "topK": 5,
-            "filters": {"appId": "app-1", "subjectId": "u-alice", "tenantId": "team-a",
-                        "required": ["TENANT", "SUBJECT"]},
-            "runId": "soak", "traceId": "soak", "executionId": "x", "deadline": 0, "trustedContext": {}}
+    return calls.body(query=query, topK=5, runId="soak", traceId="soak", executionId="x", deadline=0)
 
 
 def p99(values: list[float]) -> float:
@@ -61,18 +54,12 @@ async def test_bounded_soak(served_kb, opensearch, figures) -> None:
     spec = {"mode": "service", "target": f"{served.base}/agent/knowledge/project-documents/1.0.0",
             "secret": CALLBACK_SECRET, "concurrency": 64, "rate": RATE, "requests": RATE * SOAK_SECONDS,
             "bodies": [callback(q) for q in queries]}
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump(spec, handle)
-    process = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.loadgen", handle.name, cwd=ROOT,
-                                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    soak = asyncio.ensure_future(run_loadgen(spec))
     rss = []
     for _ in range(3):
         await asyncio.sleep(SOAK_SECONDS / 3)
         rss.append(served.rss_kib())
-    out, err = await process.communicate()
-    os.unlink(handle.name)
-    assert process.returncode == 0, err.decode()[-2000:]
-    result = json.loads(out)
+    result = await soak
     latencies = result["latencies_ms"]
     thirds = [latencies[i * len(latencies) // 3:(i + 1) * len(latencies) // 3] for i in range(3)]
     p99s = [p99([x for x in third if x is not None]) for third in thirds]

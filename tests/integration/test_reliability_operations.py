@@ -18,8 +18,9 @@ import uuid
 from typing import Any
 
 import pytest
-from conftest import API_KEY, CALLBACK_SECRET, TEST_ENV
-from served import Served, write_config
+from helpers import calls
+from helpers.served import Served, write_config
+from helpers.setup import API_KEY, CALLBACK_SECRET, TEST_ENV
 
 SECRET_CONTENT = "PURPLE-ELEPHANT-CONTENT"  # a marker: document content must never reach a log line
 
@@ -67,14 +68,7 @@ def post(base: str, path: str, body: dict[str, Any] | bytes, headers: dict[str, 
 
 
 def callback(execution: str = "exec-1", knowledge: str = "project-documents", **changes: Any) -> dict[str, Any]:
-    body = {"protocolVersion": "1.0", "appId": "app-1", "subjectId": "u-alice", "tenantId": "team-a",
-            "knowledgeId": knowledge, "version": "1.0.0", "query": "installation", "topK": 3,
-            "filters": {"appId": "app-1", "subjectId": "u-alice", "tenantId": "team-a",
-                        "required": ["TENANT", "SUBJECT"]},
-            "runId": "run-77", "traceId": "trace-77", "executionId": execution,
-            "deadline": int(time.time() * 1000) + 10_000, "trustedContext": {}}
-    body.update(changes)
-    return body
+    return calls.body(knowledge=knowledge, executionId=execution, runId="run-77", traceId="trace-77", **changes)
 
 
 async def apost(*args: Any) -> tuple[int, dict[str, Any]]:
@@ -175,7 +169,7 @@ async def test_openapi_describes_every_endpoint(stack) -> None:
     status, raw = await aget(served.base, "/openapi.json")
     paths = json.loads(raw)["paths"]
     assert status == 200
-    assert set(paths) == {"/agent/knowledge/{knowledgeId}/{version}", "/knowledge-bases", "/knowledge-bases/retrieve",
+    assert set(paths) == {"/agent/knowledge/{knowledge_id}/{version}", "/knowledge-bases", "/knowledge-bases/retrieve",
                           "/retrieval", "/healthz", "/readyz", "/metrics", "/openapi.json"}
 
 

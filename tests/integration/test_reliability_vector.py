@@ -10,9 +10,9 @@ import random
 import time
 from typing import Any
 
-from acl_random import GROUPS, SUBJECTS, TENANTS, corpus, visible
-from callbacks import ROUTE, body, headers
-from conftest import HEAVY, bearer, load_records
+from helpers.acl_random import GROUPS, SUBJECTS, TENANTS, corpus, visible
+from helpers.calls import ROUTE, body, headers
+from helpers.setup import HEAVY, bearer, load_records
 
 from es_provider.query import VECTOR_FIELD
 

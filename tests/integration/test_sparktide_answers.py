@@ -9,10 +9,10 @@ import time
 import uuid
 from typing import Any
 
-import acl_corpus
 import pytest
-from callbacks import ROUTE, body, headers
-from conftest import load_records, new_kb
+from helpers import acl_corpus
+from helpers.calls import ROUTE, body, headers
+from helpers.setup import load_records, new_kb
 
 from es_provider import admin
 

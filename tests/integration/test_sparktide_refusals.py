@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 import pytest
-from callbacks import ROUTE, body, headers
-from conftest import CALLBACK_SECRET, new_kb
+from helpers.calls import ROUTE, body, headers
+from helpers.setup import CALLBACK_SECRET, new_kb
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ import json
 import uuid
 from typing import Any
 
-import acl_corpus
 import pytest
-from callbacks import body, headers
-from conftest import bearer, load_records, new_kb
+from helpers import acl_corpus
+from helpers.calls import body, headers
+from helpers.setup import bearer, load_records, new_kb
 
 ALL_TENANTS = sorted({t for _, t in acl_corpus.IDENTITIES if t} | {t for t in acl_corpus.TENANTS if t})
 BOTH = ("TENANT", "SUBJECT")

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-import served
-from conftest import LOCAL, api_key, bearer, load_records, new_kb, vector_kb
+from helpers import served
+from helpers.setup import LOCAL, api_key, bearer, load_records, new_kb, vector_kb
 
 from es_provider import admin, embedders
 from es_provider.config import EmbedderSettings

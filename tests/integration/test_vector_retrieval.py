@@ -4,9 +4,9 @@ one round trip for hybrid, refusals instead of silent BM25, and `kb reindex` add
 from __future__ import annotations
 
 import json
-import time
 
-from conftest import api_key, bearer, load_records, new_kb, vector_kb
+from helpers import calls
+from helpers.setup import api_key, bearer, load_records, new_kb, vector_kb
 
 from es_provider import admin
 from es_provider.embedders import Cached
@@ -81,12 +81,7 @@ async def test_hybrid_is_one_round_trip_through_every_protocol(engine, vkb, e5, 
 
     proxy.requests.clear()
     response = await client.post("/agent/knowledge/project-documents/1.0.0", headers={
-        "Authorization": "Bearer test-callback-secret-0123456789", "Idempotency-Key": "vec-1"}, json={
-        "protocolVersion": "1.0", "appId": "app-1", "subjectId": "u-alice", "tenantId": "team-a",
-        "knowledgeId": "project-documents", "version": "1.0.0", "query": "kitten", "topK": 3,
-        "filters": {"appId": "app-1", "subjectId": "u-alice", "tenantId": "team-a", "required": ["TENANT", "SUBJECT"]},
-        "runId": "r", "traceId": "t", "executionId": "vec-1", "deadline": int(time.time() * 1000) + 10_000,
-        "trustedContext": {}})
+        "Authorization": "Bearer test-callback-secret-0123456789", "Idempotency-Key": "vec-1"}, json=calls.body(query="kitten", topK=3, executionId="vec-1"))
     answer = await response.json()
     assert response.status == 200, answer
     assert answer["items"][0]["documentId"] == "feline" and len(answer["items"]) == 3

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from callbacks import body, headers
-from conftest import PRINCIPALS, SAMPLE_CORPUS
+from helpers import oracle
+from helpers.calls import body, headers
+from helpers.setup import PRINCIPALS, SAMPLE_CORPUS
 
 from es_provider.engine import Engine
 from es_provider.ingest.records import read_jsonl
@@ -13,17 +14,10 @@ from es_provider.ingest.writer import ingest
 
 
 def visible_documents(subject: str, tenant: str | None) -> set[str]:
-    """Plain-Python oracle over the sample corpus (CONTRACT §5)."""
-    groups = set(PRINCIPALS.get(subject, []))
-    seen = set()
-    for line in SAMPLE_CORPUS.read_text(encoding="utf-8").splitlines():
-        doc = json.loads(line)
-        acl = doc["acl"]
-        tenant_ok = doc.get("tenant_id") in (None, "", tenant)
-        subject_ok = acl["public"] or subject in acl["subjects"] or bool(groups & set(acl["groups"]))
-        if tenant_ok and subject_ok:
-            seen.add(doc["document_id"])
-    return seen
+    """The oracle over the sample corpus."""
+    docs = [json.loads(line) for line in SAMPLE_CORPUS.read_text(encoding="utf-8").splitlines()]
+    groups = PRINCIPALS.get(subject, [])
+    return {d["document_id"] for d in docs if oracle.visible(d, subject, {tenant} if tenant else set(), groups)}
 
 
 async def test_two_identities_see_different_permitted_sets(engine: Engine, kb, client_for) -> None:

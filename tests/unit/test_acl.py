@@ -1,4 +1,4 @@
-"""The permission clauses and the re-check predicate, from one definition (CONTRACT §5)."""
+"""The permission clauses and the re-check predicate, from one definition (docs/protocols.md §5)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from es_provider.errors import ErrorCode, KnowledgeError
-from es_provider.protocols.body import parse_object
+from es_provider.protocols.kit import parse_object
 
 
 @pytest.mark.parametrize(

@@ -1,17 +1,17 @@
 from __future__ import annotations
 
 import pytest
-from conftest import new_kb
+from helpers.setup import new_kb
 
 from es_provider.acl import Filter, Identity
-from es_provider.domain import Retrieval
+from es_provider.domain import SearchRequest
 from es_provider.query import MAX_QUERY_UNITS, bounded_text, build_search, candidate_count, text_fields
 
 ID = Identity.of("app-1", "team-a", "u-alice", frozenset({"eng"}))
 
 
-def retrieval(query: str = "installation", filters: tuple = (Filter.TENANT, Filter.SUBJECT), top_k: int = 3) -> Retrieval:
-    return Retrieval(knowledge=(new_kb(),), query=query, identity=ID, filters=filters, top_k=top_k)
+def retrieval(query: str = "installation", filters: tuple = (Filter.TENANT, Filter.SUBJECT), top_k: int = 3) -> SearchRequest:
+    return SearchRequest(knowledge=(new_kb(),), query=query, identity=ID, filters=filters, top_k=top_k)
 
 
 @pytest.mark.parametrize(

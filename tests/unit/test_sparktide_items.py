@@ -4,7 +4,7 @@ import math
 
 import orjson
 import pytest
-from conftest import new_kb
+from helpers.setup import new_kb
 
 from es_provider.domain import Chunk
 from es_provider.protocols import sparktide_items as items

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import new_kb, settings_for
+from helpers.setup import new_kb, settings_for
 
 from es_provider import admin
 from es_provider.acl import Filter, Identity
 from es_provider.config import ConfigError, parse_settings
-from es_provider.domain import Retrieval
+from es_provider.domain import SearchRequest
 from es_provider.embedders import PassageCache, passage_text
 from es_provider.errors import KnowledgeError
 from es_provider.fusion import reciprocal_rank_fusion
@@ -23,8 +23,8 @@ ID = Identity.of("app-1", "team-a", "u-alice", frozenset({"eng"}))
 VECTOR = [0.1, 0.2, 0.3]
 
 
-def retrieval(*kbs, filters=(Filter.TENANT, Filter.SUBJECT), top_k: int = 5, mode=None) -> Retrieval:
-    return Retrieval(knowledge=kbs or (new_kb(retrieval="hybrid", embedder="e5"),), query="install", identity=ID,
+def retrieval(*kbs, filters=(Filter.TENANT, Filter.SUBJECT), top_k: int = 5, mode=None) -> SearchRequest:
+    return SearchRequest(knowledge=kbs or (new_kb(retrieval="hybrid", embedder="e5"),), query="install", identity=ID,
                      filters=filters, top_k=top_k, mode=mode)
 
 

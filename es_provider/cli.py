@@ -150,7 +150,7 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
             async with _embedder(settings, kb) as embedder:
                 summary = await ingest(engine, kb, documents, chunk_size=args.chunk_size, overlap=args.overlap,
                                        concurrency=args.concurrency, refresh_interval=interval, progress=progress,
-                                       embedder=embedder)
+                                       embedder=embedder, block_wait_s=settings.opensearch.write_block_wait_s)
         finally:
             if bar is not None:
                 bar.close()
@@ -171,13 +171,15 @@ def cmd_acl(args: argparse.Namespace, settings: Settings) -> int:
     return _change_document(settings, kb, args.document, f"{args.acl_command}: {{n}} chunk(s) of {args.document} "
                             "updated (searchable now)", lambda engine: admin.set_acl(
                                 engine, kb, args.document, grant=grant, subjects=args.subjects, groups=args.groups,
-                                public=(grant if args.public else None)))
+                                public=(grant if args.public else None),
+                                block_wait_s=settings.opensearch.write_block_wait_s))
 
 
 def cmd_delete(args: argparse.Namespace, settings: Settings) -> int:
     kb = _kb(settings, args.kb)
     return _change_document(settings, kb, args.document, f"deleted {{n}} chunk(s) of {args.document}",
-                            lambda engine: admin.delete_document(engine, kb, args.document))
+                            lambda engine: admin.delete_document(
+                                engine, kb, args.document, block_wait_s=settings.opensearch.write_block_wait_s))
 
 
 def _change_document(settings: Settings, kb: KnowledgeBase, document: str, done: str,

@@ -26,6 +26,9 @@ class OpenSearchSettings(StrictModel):
     url: str = "http://127.0.0.1:9200"  # or several nodes, comma-separated
     # Upper bound for one engine call when no caller deadline applies (admin commands, readiness).
     timeout_s: float = Field(default=30.0, gt=0)
+    # How long a write (ingest, acl, delete) waits out an index write block (a reindex copying the index) before it
+    # fails loudly; it then retries through the alias, which names the new index.
+    write_block_wait_s: float = Field(default=600.0, gt=0)
 
 
 class ServerSettings(StrictModel):
@@ -36,6 +39,8 @@ class ServerSettings(StrictModel):
     # Budget for protocols that carry no deadline (AgentArts, Dify: Dify's own client gives up after 5 s).
     default_budget_ms: int = Field(default=4000, ge=100)
     idempotency_window_s: float = Field(default=300.0, ge=0)
+    # Memory for the answers kept in that window; beyond it the oldest are forgotten first.
+    idempotency_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     signature_window_s: float = Field(default=300.0, gt=0)
     # Requests answered at once (counted once their body is in); one more is refused at once with 429 instead of
     # queueing. Each credential (callback secret or API key) may hold at most `max_concurrency_per_key` of them, so

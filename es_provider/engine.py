@@ -21,11 +21,20 @@ from opensearchpy.exceptions import ConnectionError as OSConnectionError
 from opensearchpy.exceptions import ConnectionTimeout, NotFoundError, TransportError
 from opensearchpy.helpers import async_scan, async_streaming_bulk
 from opensearchpy.serializer import JSONSerializer
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_before_delay, wait_exponential
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    stop_before_delay,
+    wait_exponential,
+    wait_fixed,
+)
 
 from es_provider.deadline import Budget, fixed_budget
-from es_provider.errors import ErrorCode, KnowledgeError
-from es_provider.transient import transient
+from es_provider.errors import ErrorCode, KnowledgeError, WriteBlocked
+from es_provider.transient import blocked_write, transient
 
 log = logging.getLogger("es_provider.engine")
 T = TypeVar("T")
@@ -38,6 +47,8 @@ def map_error(exc: BaseException) -> KnowledgeError:
         return KnowledgeError(ErrorCode.TIMED_OUT, detail=f"engine call timed out: {type(exc).__name__}")
     if isinstance(exc, OSConnectionError):
         return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"engine unreachable: {exc}")
+    if isinstance(exc, TransportError) and blocked_write(exc.status_code, exc.info):
+        return WriteBlocked(f"engine refused a write: index write-blocked ({exc.status_code})")
     if isinstance(exc, TransportError):
         status = exc.status_code if isinstance(exc.status_code, int) else 0
         if status == 429 or "rejected_execution" in str(exc.error):
@@ -77,6 +88,30 @@ def _check_search(response: dict[str, Any]) -> None:
     shards = response.get("_shards") or {}
     if shards.get("failed"):
         raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{shards.get('failed')} shard(s) failed")
+
+
+def _check_by_query(response: dict[str, Any]) -> None:
+    """A by-query write that left failures behind did not happen in full: never report it as done."""
+    failures = response.get("failures") or []
+    if any(blocked_write(f.get("status"), f.get("cause")) for f in failures):
+        raise WriteBlocked(f"{len(failures)} write(s) refused: index write-blocked")
+    if failures:
+        raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{len(failures)} write(s) failed: {failures[0]}")
+
+
+async def wait_out_block(write: Callable[[], Awaitable[T]], wait_s: float) -> T:
+    """Runs a write through the alias, waiting out an index write block (a reindex copying the index) for up to
+    `wait_s`: each retry goes through the alias again, which after the swap names the new index. A write still
+    blocked then fails loudly."""
+    try:
+        async for attempt in AsyncRetrying(retry=retry_if_exception_type(WriteBlocked), stop=stop_after_delay(wait_s),
+                                           wait=wait_fixed(0.5), reraise=True):
+            with attempt:
+                return await write()
+    except WriteBlocked:
+        raise WriteBlocked(f"the index stayed write-blocked for {wait_s:.0f} s: a reindex is running or was killed "
+                           "(run `es-provider kb reindex` again to finish it); this write was not made") from None
+    raise KnowledgeError(ErrorCode.UNAVAILABLE, detail="write retry loop ended without a result")  # pragma: no cover
 
 
 class OrjsonSerializer(JSONSerializer):
@@ -311,6 +346,25 @@ class Engine:
 
         await self._call(None, run)
 
+    async def set_write_block(self, indices: list[str], blocked: bool) -> None:
+        """Blocks (or allows again) writes to `indices`; searches go on. Waits for every node to apply it."""
+        async def run(left: float) -> None:
+            await self._client.indices.put_settings(index=",".join(indices), request_timeout=left,
+                                                    body={"index.blocks.write": True if blocked else None})
+
+        await self._call(None, run)
+
+    async def write_count(self, indices: list[str]) -> int:
+        """Index and delete operations ever applied to the primaries of `indices` (a copy is whole when this does
+        not change while it runs)."""
+        async def run(left: float) -> int:
+            response = await self._client.indices.stats(index=",".join(indices), metric="indexing",
+                                                        request_timeout=left)
+            indexing = ((response.get("_all") or {}).get("primaries") or {}).get("indexing") or {}
+            return int(indexing.get("index_total", 0)) + int(indexing.get("delete_total", 0))
+
+        return await self._call(None, run)
+
     async def put_settings(self, index: str, settings: dict[str, Any]) -> None:
         async def run(left: float) -> None:
             await self._client.indices.put_settings(index=index, body=settings, request_timeout=left)
@@ -322,6 +376,7 @@ class Engine:
             response = await self._client.delete_by_query(
                 index=index, body={"query": query}, refresh=refresh, conflicts="proceed", request_timeout=left
             )
+            _check_by_query(response)
             return int(response.get("deleted", 0))
 
         return await self._call(None, run)
@@ -334,6 +389,7 @@ class Engine:
                 index=index, body={"query": query, "script": script}, refresh=True, conflicts="proceed",
                 request_timeout=left,
             )
+            _check_by_query(response)
             return response
 
         return await self._call(None, run, retry=False)

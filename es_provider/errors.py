@@ -68,6 +68,14 @@ def protocol_error(message: str, *, status: int = 400, detail: str | None = None
     return KnowledgeError(ErrorCode.PROTOCOL_ERROR, status=status, safe_message=message, detail=detail)
 
 
+class WriteBlocked(KnowledgeError):
+    """A write the engine refused because the index is write-blocked: a reindex is copying it (or was killed while
+    it did). Writers wait and retry through the alias, which then names the new index."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(ErrorCode.UNAVAILABLE, detail=detail)
+
+
 class ClientDisconnected(Exception):
     """The caller went away before its request was in: nobody to answer, nothing failed on our side."""
 

@@ -1,5 +1,8 @@
 """Answers kept per executionId for a window, so a retried callback gets the same answer without a second search.
 
+Memory is bounded in bytes (answer bodies, the bulk of it): beyond `max_bytes` the oldest answers are forgotten
+first (a retry of a forgotten one is searched again: the same request, so the same kind of answer).
+
 One executionId is answered once: a duplicate that arrives while the first is still being answered waits for
 that answer instead of searching again; the same executionId with a different request is refused (422), whether
 the first is finished or still running.
@@ -24,20 +27,42 @@ class _Entry:
     expires_at: float
 
 
+# What an entry costs besides its body: key tuple, fingerprint, the entry and the dict slot (measured roughly).
+_OVERHEAD = 512
+
+
+def _cost(entry: _Entry) -> int:
+    return len(entry.body) + _OVERHEAD
+
+
 def _reused() -> KnowledgeError:
     return KnowledgeError(ErrorCode.REQUEST_REJECTED, detail="executionId reused for a different request")
 
 
 class IdempotencyCache:
-    def __init__(self, window_s: float, max_entries: int = 10_000) -> None:
+    def __init__(self, window_s: float, max_bytes: int = 64 * 1024 * 1024,
+                 on_size: Callable[[int], None] | None = None) -> None:
         self._window_s = window_s
-        self._max = max_entries
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._on_size = on_size
         self._entries: OrderedDict[Key, _Entry] = OrderedDict()
         self._running: dict[Key, tuple[bytes, asyncio.Future[bytes]]] = {}
 
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def _forget_oldest(self) -> None:
+        _, entry = self._entries.popitem(last=False)
+        self._bytes -= _cost(entry)
+
     def _expire(self, now: float) -> None:
+        before = self._bytes
         while self._entries and next(iter(self._entries.values())).expires_at <= now:
-            self._entries.popitem(last=False)
+            self._forget_oldest()
+        if self._bytes != before and self._on_size is not None:
+            self._on_size(self._bytes)
 
     def get(self, key: Key, fingerprint: bytes, now: float) -> bytes | None:
         """The stored answer for `key`; refuses (422) the same executionId carrying a different request."""
@@ -53,9 +78,17 @@ class IdempotencyCache:
         if self._window_s <= 0:
             return
         self._expire(now)
-        if len(self._entries) >= self._max:
-            self._entries.popitem(last=False)
-        self._entries[key] = _Entry(fingerprint, body, now + self._window_s)
+        entry = _Entry(fingerprint, body, now + self._window_s)
+        if _cost(entry) > self._max_bytes:
+            return  # larger than the whole budget: not kept
+        if key in self._entries:
+            self._bytes -= _cost(self._entries.pop(key))
+        while self._entries and self._bytes + _cost(entry) > self._max_bytes:
+            self._forget_oldest()
+        self._entries[key] = entry
+        self._bytes += _cost(entry)
+        if self._on_size is not None:
+            self._on_size(self._bytes)
 
     async def once(
         self, key: Key, fingerprint: bytes, answer: Callable[[], Awaitable[bytes]], clock: Callable[[], float]

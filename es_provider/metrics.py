@@ -32,6 +32,10 @@ class Metrics:
         )
         self.in_flight = Gauge("es_provider_in_flight", "Requests holding a concurrency slot (their body is in)",
                                registry=self.registry)
+        self.idempotency_bytes = Gauge(
+            "es_provider_idempotency_bytes", "Memory held by the answers kept for repeated executionIds",
+            registry=self.registry,
+        )
         self.slow_bodies = Counter(
             "es_provider_slow_bodies", "Requests cut off because their body did not arrive within body_timeout_s",
             registry=self.registry,

@@ -10,6 +10,8 @@ from opensearchpy.exceptions import ConnectionError as EngineConnectionError
 from opensearchpy.exceptions import ConnectionTimeout, TransportError
 
 TRANSIENT_STATUS = frozenset({429, 502, 503, 504})
+# An index write block (a reindex copying the index): not transient in seconds, but worth waiting out.
+BLOCKED = "cluster_block_exception"
 
 
 class TransientStatus(Exception):
@@ -22,6 +24,11 @@ class TransientStatus(Exception):
 
 def transient_status(status: object) -> bool:
     return isinstance(status, int) and status in TRANSIENT_STATUS
+
+
+def blocked_write(status: object, reason: object) -> bool:
+    """A write refused by an index write block."""
+    return status == 403 and BLOCKED in str(reason)
 
 
 def transient(exc: BaseException) -> bool:

@@ -16,21 +16,22 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception_type, wait_exponential
 
 from es_provider.config import KnowledgeBase
 from es_provider.embedders import Embedder, passage_text
-from es_provider.engine import Engine
+from es_provider.engine import Engine, wait_out_block
 from es_provider.ingest.chunker import chunk_id, split_text
 from es_provider.ingest.records import RecordError, SourceDocument
 from es_provider.query import VECTOR_FIELD
-from es_provider.transient import transient_status
+from es_provider.transient import blocked_write, transient_status
 
 LARGE_LOAD_DOCUMENTS = 500
 EMBED_BATCH = 64  # chunks embedded per model call group (ingest and reindex)
@@ -186,6 +187,7 @@ async def ingest(
     progress: Progress | None = None,
     retry_passes: int = 3,
     embedder: Embedder | None = None,
+    block_wait_s: float = 600.0,
 ) -> Summary:
     started = time.monotonic()
     summary = Summary()
@@ -215,7 +217,7 @@ async def ingest(
         await _workers(engine, run, actions(list(by_id)), concurrency, max_bytes)
         await _retry_transient(engine, run, by_id=by_id, chunk_size=chunk_size, overlap=overlap,
                                concurrency=concurrency, max_bytes=max_bytes, passes=retry_passes,
-                               embedder=embedder)
+                               embedder=embedder, block_wait_s=block_wait_s)
     finally:
         if large:
             restore = {"refresh_interval": refresh_interval, "translog.durability": "request"}
@@ -229,7 +231,8 @@ async def ingest(
     complete = [doc_id for doc_id in by_id if doc_id not in failed_docs]
     await engine.refresh(kb.alias)
     if not was_empty:
-        summary.deleted_stale = await _delete_stale(engine, kb.alias, {d: run.chunks_of[d] for d in complete})
+        summary.deleted_stale = await _delete_stale(engine, kb.alias, {d: run.chunks_of[d] for d in complete},
+                                                    block_wait_s=block_wait_s)
         await engine.refresh(kb.alias)
     summary.documents = len(complete)
     summary.chunks = sum(len(run.chunks_of[d]) for d in complete)
@@ -248,11 +251,22 @@ async def _retry_transient(
     max_bytes: int,
     passes: int,
     embedder: Embedder | None,
+    block_wait_s: float,
 ) -> None:
     def transient() -> list[str]:
-        # A failure without an HTTP status is the request's, not the document's: worth another pass too.
-        return sorted({run.document_of[c] for c, (status, _) in run.failed.items()
-                       if (transient_status(status) or not isinstance(status, int)) and c in run.document_of})
+        # A failure without an HTTP status is the request's, not the document's: worth another pass too. A write
+        # block (a reindex copying the index) is waited out: the next pass goes through the alias to the new index.
+        return sorted({run.document_of[c] for c, (status, reason) in run.failed.items()
+                       if (transient_status(status) or blocked_write(status, reason) or not isinstance(status, int))
+                       and c in run.document_of})
+
+    def blocked() -> bool:
+        return any(blocked_write(status, reason) for status, reason in run.failed.values())
+
+    def stop(state: RetryCallState) -> bool:
+        if blocked():
+            return (state.seconds_since_start or 0.0) >= block_wait_s
+        return state.attempt_number >= passes
 
     async def resend(ids: list[str]) -> AsyncIterator[dict[str, Any]]:
         async for _, chunks in _chunked(by_id, ids, size=chunk_size, overlap=overlap, embedder=embedder):
@@ -266,8 +280,8 @@ async def _retry_transient(
         # _StillFailing, which is what tenacity retries on (with backoff), up to `passes` passes.
         async for attempt in AsyncRetrying(
             retry=retry_if_exception_type(_StillFailing),
-            stop=stop_after_attempt(passes),
-            wait=wait_exponential(multiplier=0.5, max=8),
+            stop=stop,
+            wait=wait_exponential(multiplier=0.5, max=4),
         ):
             with attempt:
                 await _workers(engine, run, resend(transient()), concurrency, max_bytes)
@@ -281,7 +295,8 @@ class _StillFailing(Exception):
     """Some documents still have transient failures after a pass."""
 
 
-async def _delete_stale(engine: Engine, index: str, chunks_of: dict[str, list[str]], batch: int = 500) -> int:
+async def _delete_stale(engine: Engine, index: str, chunks_of: dict[str, list[str]], *, block_wait_s: float,
+                        batch: int = 500) -> int:
     """Deletes chunks of these documents that are not among their current chunk ids."""
     deleted = 0
     ids = list(chunks_of)
@@ -289,5 +304,6 @@ async def _delete_stale(engine: Engine, index: str, chunks_of: dict[str, list[st
         group = ids[start : start + batch]
         keep = [c for d in group for c in chunks_of[d]]
         query = {"bool": {"filter": [{"terms": {"document_id": group}}], "must_not": [{"ids": {"values": keep}}]}}
-        deleted += await engine.delete_by_query(index, query, refresh=False)
+        deleted += await wait_out_block(functools.partial(engine.delete_by_query, index, query, refresh=False),
+                                        block_wait_s)
     return deleted

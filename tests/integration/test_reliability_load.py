@@ -7,6 +7,7 @@ import asyncio
 import json
 import math
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,9 @@ from helpers import calls
 from helpers.served import Served, run_loadgen, write_config
 from helpers.setup import CALLBACK_SECRET, HEAVY, ROOT, TEST_ENV, load_records
 
-SOAK_SECONDS = 60 if HEAVY else 15
-RATE = 50 if HEAVY else 40  # requests per second, offered whatever the answers do
+SOAK_SECONDS = 600 if HEAVY else 20
+WINDOWS = 10 if HEAVY else 4  # full size: one per minute
+CEILING_SECONDS = 15 if HEAVY else 5
 DOCS = [{"document_id": f"d{i}", "title": f"note {i}", "content": f"installation note {i} alpha beta",
          "tenant_id": "team-a", "acl": {"public": True}} for i in range(300)]
 
@@ -47,29 +49,40 @@ async def served_kb(engine, kb, tmp_path, request) -> Any:
     return start
 
 
-async def test_bounded_soak(served_kb, opensearch, figures) -> None:
-    # A short idempotency window, so its cache reaches its steady size during the warm-up third.
-    served = served_kb(opensearch.url, idempotency_window_s=2)
+async def test_soak_at_the_ceiling(served_kb, opensearch, figures) -> None:
+    """The ceiling is measured first (closed loop); then a steady offered load at 80 % of it, from another process:
+    no error, and p99 and resident memory flat window by window (per minute at full size)."""
+    # A short idempotency window, so its cache reaches its steady size during the first window. The admission
+    # limits are raised: the soak measures the service and the engine, not its own 429s when latency spikes.
+    served = served_kb(opensearch.url, idempotency_window_s=2, max_concurrency=1024, max_concurrency_per_key=1024,
+                       active_requests=64)
     queries = ["installation", "alpha", "beta note", "note 7", "installation alpha", "安装"]
     spec = {"mode": "service", "target": f"{served.base}/agent/knowledge/project-documents/1.0.0",
-            "secret": CALLBACK_SECRET, "concurrency": 64, "rate": RATE, "requests": RATE * SOAK_SECONDS,
-            "bodies": [callback(q) for q in queries]}
-    soak = asyncio.ensure_future(run_loadgen(spec))
+            "secret": CALLBACK_SECRET, "bodies": [callback(q) for q in queries]}
+    ceiling_run = await run_loadgen({**spec, "concurrency": 32, "requests": 10**6, "warmup": 200,
+                                     "duration_s": CEILING_SECONDS})
+    ceiling = len(ceiling_run["latencies_ms"]) / ceiling_run["elapsed_s"]
+    rate = 0.8 * ceiling
+    soak = asyncio.ensure_future(run_loadgen({**spec, "concurrency": 256, "rate": rate,
+                                              "requests": int(rate * SOAK_SECONDS)}))
     rss = []
-    for _ in range(3):
-        await asyncio.sleep(SOAK_SECONDS / 3)
+    for _ in range(WINDOWS):
+        await asyncio.sleep(SOAK_SECONDS / WINDOWS)
         rss.append(served.rss_kib())
     result = await soak
     latencies = result["latencies_ms"]
-    thirds = [latencies[i * len(latencies) // 3:(i + 1) * len(latencies) // 3] for i in range(3)]
-    p99s = [p99([x for x in third if x is not None]) for third in thirds]
-    growth_mib = (rss[-1] - rss[0]) / 1024
-    figures("5. Load", f"soak: {len(latencies)} requests at {RATE}/s for {SOAK_SECONDS} s from a separate process; "
-                       f"errors {result['errors']}; p99 per third {', '.join(f'{x:.1f}' for x in p99s)} ms; "
-                       f"resident memory {rss[0] // 1024} → {rss[-1] // 1024} MiB after the first third")
+    windows = [latencies[i * len(latencies) // WINDOWS:(i + 1) * len(latencies) // WINDOWS] for i in range(WINDOWS)]
+    p99s = [p99([x for x in window if x is not None]) for window in windows]
+    growth_mib = (max(rss[1:]) - rss[0]) / 1024
+    figures("5. Load", f"soak at the ceiling: measured ceiling {ceiling:.0f} requests/s (closed loop, concurrency 32, "
+                       f"{CEILING_SECONDS} s); then {len(latencies)} requests at {rate:.0f}/s (80 %) for "
+                       f"{SOAK_SECONDS} s from a separate process; errors {result['errors']}; p99 per "
+                       f"{SOAK_SECONDS // WINDOWS} s window {', '.join(f'{x:.1f}' for x in p99s)} ms; resident memory "
+                       f"per window {', '.join(str(r // 1024) for r in rss)} MiB")
     assert result["errors"] == 0 and None not in latencies
-    assert p99s[2] <= max(2 * p99s[0], p99s[0] + 50), f"p99 drifted: {p99s}"
-    assert growth_mib < 16, f"resident memory grew {growth_mib:.1f} MiB after warm-up"
+    settled = p99s[1:]  # the first window warms up
+    assert max(settled) <= max(3 * min(settled), min(settled) + 100), f"p99 drifted: {p99s}"
+    assert growth_mib < 16, f"resident memory grew {growth_mib:.1f} MiB after the first window"
 
 
 async def test_concurrency_and_size_limits_shed_load(served_kb, proxy, figures) -> None:
@@ -130,3 +143,37 @@ async def test_concurrency_and_size_limits_shed_load(served_kb, proxy, figures) 
 @pytest.fixture(autouse=True)
 def _loadgen_importable() -> None:
     assert (Path(ROOT) / "bench" / "loadgen.py").exists()
+
+
+async def test_idempotency_memory_stays_bounded(engine, kb, opensearch, tmp_path, request, figures) -> None:
+    """Distinct executionIds with large answers: the window keeps at most idempotency_max_bytes of them (oldest
+    forgotten first), so resident memory stays flat however many arrive."""
+    long_text = " ".join(["installation"] + ["procedure"] * 110)  # about 1 KB per chunk, one chunk per document
+    await load_records(engine, kb, [{"document_id": f"big{i}", "title": f"manual {i}", "content": f"{long_text} {i}",
+                                     "tenant_id": "team-a", "acl": {"public": True}} for i in range(40)])
+    entry = {"id": kb.id, "name": kb.name, "versions": kb.versions, "alias": kb.alias,
+             "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 10, "secret_ref": "TEST_CALLBACK_KEY",
+             "apps": ["app-1"]}
+    bound = 2 * 1024 * 1024
+    config = write_config(tmp_path / "config.toml", opensearch.url, [entry],
+                          server={"idempotency_window_s": 3600, "idempotency_max_bytes": bound})
+    served = Served(config, {**TEST_ENV, "OPENSEARCH_URL": opensearch.url}, tmp_path / "service.log")
+    request.addfinalizer(served.stop)
+    total = 16_000 if HEAVY else 4_000
+    spec = {"mode": "service", "target": f"{served.base}/agent/knowledge/project-documents/1.0.0",
+            "secret": CALLBACK_SECRET, "concurrency": 16, "bodies": [calls.body(query="installation", topK=10)]}
+    first = await run_loadgen({**spec, "requests": total // 4})
+    rss_early = served.rss_kib()
+    rest = await run_loadgen({**spec, "requests": total - total // 4})
+    rss_late = served.rss_kib()
+    exposition = await asyncio.to_thread(lambda: urllib.request.urlopen(f"{served.base}/metrics").read().decode())
+    held = next(float(line.split()[1]) for line in exposition.splitlines()
+                if line.startswith("es_provider_idempotency_bytes "))
+    answer_kib = 11  # ten chunks of about 1 KB each
+    figures("5. Load", f"idempotency window: {total} callbacks with distinct executionIds and ~{answer_kib} KB answers "
+                       f"(~{total * answer_kib // 1024} MiB if all were kept): the window held {held / 1024:.0f} KiB "
+                       f"(bound {bound // 1024} KiB); resident memory {rss_early // 1024} → {rss_late // 1024} MiB "
+                       f"from a quarter of the way to the end")
+    assert first["errors"] == 0 and rest["errors"] == 0
+    assert 0 < held <= bound
+    assert (rss_late - rss_early) / 1024 < 16, "resident memory grew with the number of executionIds"

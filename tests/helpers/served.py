@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import signal
 import socket
@@ -112,3 +113,8 @@ async def run_loadgen(spec: dict[str, Any], *, nice: int = 0) -> dict[str, Any]:
         raise RuntimeError(f"load generator failed: {err.decode()[-3000:]}")
     answer: dict[str, Any] = json.loads(out)
     return answer
+
+
+def p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]

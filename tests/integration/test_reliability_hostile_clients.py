@@ -4,12 +4,11 @@ generator in another process. Another key keeps being answered: no 429, and its 
 from __future__ import annotations
 
 import asyncio
-import math
 import urllib.request
 from typing import Any
 
 import pytest
-from helpers.served import Served, run_loadgen, write_config
+from helpers.served import Served, p99, run_loadgen, write_config
 from helpers.setup import API_KEY, HEAVY, TEST_ENV, load_records
 
 PHASE_SECONDS = 30 if HEAVY else 8
@@ -18,11 +17,6 @@ STALLED = 300  # more than twice the service's slots (max_concurrency 128)
 FLOOD_CONCURRENCY = 96  # three times the flooding key's own slots (max_concurrency_per_key 32)
 DOCS = [{"document_id": f"d{i}", "title": f"note {i}", "content": f"installation note {i} alpha beta",
          "tenant_id": "team-a", "acl": {"public": True}} for i in range(300)]
-
-
-def p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 import urllib.request
 import uuid
@@ -14,7 +13,7 @@ from typing import Any
 
 import pytest
 from helpers import calls
-from helpers.served import Served, run_loadgen, write_config
+from helpers.served import Served, p99, run_loadgen, write_config
 from helpers.setup import CALLBACK_SECRET, HEAVY, ROOT, TEST_ENV, load_records
 
 SOAK_SECONDS = 600 if HEAVY else 20
@@ -26,11 +25,6 @@ DOCS = [{"document_id": f"d{i}", "title": f"note {i}", "content": f"installation
 
 def callback(query: str) -> dict[str, Any]:
     return calls.body(query=query, topK=5, runId="soak", traceId="soak", executionId="x", deadline=0)
-
-
-def p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 # Full size: 25,000 per endpoint, so the four fuzzed endpoints and the list queries get over 100,000 requests.
-EXAMPLES = 25_000 if HEAVY else 80
+EXAMPLES = int(os.environ.get("ES_PROVIDER_FUZZ_EXAMPLES") or (25_000 if HEAVY else 80))
 
 
 @pytest.fixture(scope="module")
@@ -46,27 +46,41 @@ def service(opensearch, tmp_path_factory) -> Any:
     assert "Traceback" not in served.logs().replace('"exception"', ""), "a traceback reached the log unexpectedly"
 
 
+CLOSED = 0  # the service refused and closed the connection while a large body was still being sent
+
+
 def send(service: Served, method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
     connection = http.client.HTTPConnection("127.0.0.1", service.port, timeout=15)
     try:
         connection.request(method, path, body=body, headers=headers)
         response = connection.getresponse()
         return response.status, response.read()
+    except (BrokenPipeError, ConnectionResetError):
+        assert len(body) > 65536, "a connection closed on a body within the size limit"
+        return CLOSED, b""
     finally:
         connection.close()
 
 
+# The only 5xx allowed: the engine's own failure (unavailable, or too slow for the budget) passed on as such.
+ENGINE_FAILURES = {503: "KNOWLEDGE_UNAVAILABLE", 504: "KNOWLEDGE_TIMED_OUT"}
+
+
 def assert_refusal_shape(path: str, status: int, payload: bytes) -> None:
-    assert status < 500, (status, payload[:200])
-    if status == 200:
+    assert status < 500 or status in ENGINE_FAILURES, (status, payload[:200])
+    if status in (200, CLOSED):
         return
     body = json.loads(payload)
     if path.startswith("/agent/knowledge/"):
         assert set(body) == {"error"} and set(body["error"]) == {"code"}
         assert body["error"]["code"].startswith("KNOWLEDGE_")
+        code = body["error"]["code"]
     else:
         assert set(body) == {"error_code", "error_msg"}
         assert "Traceback" not in body["error_msg"] and "opensearch" not in body["error_msg"].lower()
+        code = body["error_code"]
+    if status >= 500:
+        assert code == ENGINE_FAILURES[status], (status, code)
 
 
 json_values = st.recursive(
@@ -146,8 +160,8 @@ def test_fuzzed_bodies_and_headers_never_break_the_protocol(service, path: str, 
             raise AssertionError(f"{status} {payload[:300]!r} for headers {headers} and body {body[:300]!r}") from None
     statuses = Counter(status for status, _ in answers)
     figures("2. Hostile input", f"POST {path}: {len(generated)} fuzzed bodies/header sets (hypothesis) sent in "
-                                f"{seconds:.0f} s, every answer the protocol's own refusal or a valid answer, no 5xx; "
-                                f"statuses {dict(sorted(statuses.items()))}")
+                                f"{seconds:.0f} s, every answer the protocol's own refusal or a valid answer, no 5xx "
+                                f"but the engine's own 503/504; statuses {dict(sorted(statuses.items()))}")
 
 
 @settings(max_examples=min(EXAMPLES, 5_000), deadline=None, suppress_health_check=list(HealthCheck),

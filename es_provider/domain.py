@@ -35,10 +35,14 @@ class Chunk:
     source: dict[str, Any]
     metadata: dict[str, Any]
     score: float | None
+    repaired: bool = False  # markup residue was removed from its stored text (markup.py)
 
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
-    chunks: tuple[Chunk, ...]
+    chunks: tuple[Chunk, ...]  # the answer: at most top_k, best first
     applied_filters: tuple[Filter, ...]
     dropped: int = 0  # hits OpenSearch returned that the re-check refused (security events)
+    # The next candidates in order, for a protocol whose own item rules skip a chunk of the answer: it takes the
+    # next one instead, so an answer still carries min(topK, visible matches) items.
+    surplus: tuple[Chunk, ...] = ()

@@ -1,4 +1,5 @@
-"""Pure mapping of OpenSearch hits to neutral Chunks (shape checked; the score comes normalised, scores.py)."""
+"""Pure mapping of OpenSearch hits to neutral Chunks (shape checked; markup residue repaired, markup.py; the score
+comes normalised, scores.py). The same content reaches every protocol."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from es_provider.domain import Chunk
+from es_provider.markup import has_markup, strip_markup
 
 
 class MalformedHit(ValueError):
@@ -29,6 +31,11 @@ def to_chunk(hit: Mapping[str, Any], *, knowledge_id: str, score: float | None) 
         raise MalformedHit("chunk has no document_id")
     if not isinstance(content, str) or not content.strip():
         raise MalformedHit("chunk has no content")
+    repaired = has_markup(content)
+    if repaired:
+        content = strip_markup(content)
+        if not content:
+            raise MalformedHit("chunk holds markup and no text")
     src = source.get("source")
     metadata = source.get("metadata")
     return Chunk(
@@ -36,9 +43,10 @@ def to_chunk(hit: Mapping[str, Any], *, knowledge_id: str, score: float | None) 
         chunk_id=chunk_id,
         document_id=document_id,
         content=content,
-        title=_optional_str(source.get("title")),
+        title=_optional_str(strip_markup(title) if isinstance(title := source.get("title"), str) else title),
         tenant_id=_optional_str(source.get("tenant_id")),
         source=dict(src) if isinstance(src, dict | Mapping) else {},
         metadata=dict(metadata) if isinstance(metadata, dict | Mapping) else {},
         score=score,
+        repaired=repaired,
     )

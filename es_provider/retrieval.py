@@ -118,7 +118,8 @@ async def run_search(
         if retrieval.score_threshold > 0 and (chunk.score is None or chunk.score < retrieval.score_threshold):
             continue
         chunks.append(chunk)
-    return SearchResult(chunks=tuple(chunks[: retrieval.top_k]), applied_filters=plan.applied_filters, dropped=dropped)
+    return SearchResult(chunks=tuple(chunks[: retrieval.top_k]), surplus=tuple(chunks[retrieval.top_k :]),
+                        applied_filters=plan.applied_filters, dropped=dropped)
 
 
 class Retriever:

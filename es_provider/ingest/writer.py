@@ -45,6 +45,7 @@ class Summary:
     documents: int = 0
     chunks: int = 0
     deleted_stale: int = 0
+    cleaned: int = 0  # documents whose markup residue was removed
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
 
@@ -53,6 +54,7 @@ class Summary:
         return (
             f"ingested {self.documents} documents, {self.chunks} chunks in {self.seconds:.1f} s "
             f"({rate:.0f} chunks/s), {self.deleted_stale} stale chunks removed, {len(self.failures)} failed"
+            + (f", {self.cleaned} cleaned of markup residue" if self.cleaned else "")
         )
 
 
@@ -194,6 +196,7 @@ async def ingest(
     run = _Run(kb.alias)
     valid = [d for d in documents if isinstance(d, SourceDocument)]
     summary.failures.extend(str(d) for d in documents if isinstance(d, RecordError))
+    summary.cleaned = sum(1 for d in valid if d.cleaned)
     by_id: dict[str, SourceDocument] = {}
     for doc in valid:
         by_id[doc.record.document_id] = doc  # a later record of the same document wins, as on a re-run

@@ -92,12 +92,13 @@ def fingerprint(data: dict[str, Any]) -> bytes:
     return hashlib.sha256(orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)).digest()
 
 
-def render_answer(result: SearchResult, *, legacy: bool) -> tuple[bytes, list[str]]:
+def render_answer(result: SearchResult, *, legacy: bool, top_k: int) -> tuple[bytes, list[str]]:
+    candidates = (*result.chunks, *result.surplus)  # a skipped item's place goes to the next candidate
     if legacy:
-        rendered = items.render(result.chunks, {}, "documents", legacy=True)
+        rendered = items.render(candidates, {}, "documents", legacy=True, limit=top_k)
     else:
         envelope = {"protocolVersion": "1.0", "appliedFilters": [f.value for f in result.applied_filters]}
-        rendered = items.render(result.chunks, envelope, "items")
+        rendered = items.render(candidates, envelope, "items", limit=top_k)
     return rendered.body, rendered.problems
 
 
@@ -178,7 +179,7 @@ async def callback(request: web.Request) -> web.Response:
         # retry, or a duplicate still in flight, gets the same bytes.
         async def search() -> bytes:
             result = await services.retriever.search(search_request, budget)
-            body, problems = render_answer(result, legacy=kb.protocol == "legacy")
+            body, problems = render_answer(result, legacy=kb.protocol == "legacy", top_k=search_request.top_k)
             for problem in problems:
                 log.warning("result item: %s", problem, extra={"executionId": req.executionId})
             return body

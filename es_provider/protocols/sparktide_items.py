@@ -32,8 +32,6 @@ MAX_METADATA_DEPTH = 8
 SOURCE_TYPES = ("DOCUMENT", "URL", "INLINE")
 
 _ITEM_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
-# Markup, not prose: a tag name right after "<" and a closing ">" (so "a < b" and "x<y" stay text).
-_HTML_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9]*(\s[^<>]*)?/?>")
 
 
 class InvalidItem(ValueError):
@@ -84,13 +82,15 @@ def valid_item_id(value: object) -> bool:
     return isinstance(value, str) and value not in (".", "..") and _ITEM_ID.fullmatch(value) is not None
 
 
-def _content(chunk: Chunk) -> str:
+def _content(chunk: Chunk, fixes: list[str]) -> str:
+    """Content is never HTML: markup residue was removed when the hit was read (hits.py, markup.py), reported here
+    as a fix; a chunk with nothing but markup never becomes a Chunk at all."""
     if not chunk.content.strip():
         raise InvalidItem("empty content")
     if len(chunk.content) > MAX_CONTENT:
         raise InvalidItem("content over 16384 characters")
-    if _HTML_TAG.search(chunk.content):
-        raise InvalidItem("content is HTML")
+    if chunk.repaired:
+        fixes.append("removed markup residue from content")
     return chunk.content
 
 
@@ -139,7 +139,7 @@ def to_item(chunk: Chunk) -> tuple[dict[str, Any], list[str]]:
     item: dict[str, Any] = {
         "id": chunk.chunk_id,
         "documentId": chunk.document_id,
-        "content": _content(chunk),
+        "content": _content(chunk, fixes),
         "source": _source(chunk, fixes),
     }
     if chunk.title:
@@ -186,17 +186,20 @@ class Encoded:
     problems: list[str] = field(default_factory=list)  # for the log: what was skipped or fixed, and why
 
 
-def render(chunks: Iterable[Chunk], envelope: dict[str, Any], key: str, *, legacy: bool = False) -> Encoded:
-    """`envelope` plus `key`: valid, de-duplicated items, at most 100, the whole body within 1 MiB (items are
-    dropped from the tail, the least relevant, until it fits). Each item is serialized once."""
+def render(chunks: Iterable[Chunk], envelope: dict[str, Any], key: str, *, legacy: bool = False,
+           limit: int = MAX_ITEMS) -> Encoded:
+    """`envelope` plus `key`: valid, de-duplicated items, at most `limit` (and 100), the whole body within 1 MiB
+    (items are dropped from the tail, the least relevant, until it fits). A chunk that must be skipped is skipped
+    before the limit, so the next candidate takes its place. Each item is serialized once."""
     out = Encoded()
     seen: set[str] = set()
     head = orjson.dumps({**envelope, key: []})[:-3]  # '{..., "key":' without the closing '[]}'
     size = len(head) + 3
     parts: list[bytes] = []
     for chunk in chunks:
-        if len(parts) >= MAX_ITEMS:
-            out.problems.append("item limit 100 reached")
+        if len(parts) >= min(limit, MAX_ITEMS):
+            if len(parts) >= MAX_ITEMS:
+                out.problems.append("item limit 100 reached")
             break
         try:
             item, fixes = to_legacy(chunk) if legacy else to_item(chunk)

@@ -173,7 +173,8 @@ async def test_stored_chunks_that_break_item_rules_are_fixed_or_skipped(engine, 
     status, answer = await ask(client, query="alpha", topK=10)
     assert status == 200
     items = {i["id"]: i for i in answer["items"]}
-    assert set(items) == {"ftp-uri", "userinfo-uri", "page-zero", "long-title", "big-metadata", "good"}
+    assert set(items) == {"html", "ftp-uri", "userinfo-uri", "page-zero", "long-title", "big-metadata", "good"}
+    assert items["html"]["content"] == "alpha bold"  # markup residue is repaired, not a reason to skip
     assert "uri" not in items["ftp-uri"]["source"] and "uri" not in items["userinfo-uri"]["source"]
     assert "page" not in items["page-zero"]["source"]
     assert len(items["long-title"]["title"]) == 512
@@ -267,3 +268,51 @@ async def test_unreachable_engine_is_503_quickly(acl_kb, client_for) -> None:
 async def test_missing_index_is_503_not_an_empty_answer(client_for) -> None:
     client = await client_for(new_kb())  # alias never created
     assert await ask(client, query="alpha") == (503, {"error": {"code": "KNOWLEDGE_UNAVAILABLE"}})
+
+
+# --- markup residue: cleaned where it enters, repaired where it leaves, and never a reason to lose a hit ---
+
+
+async def test_a_passage_with_markup_residue_is_returned_cleaned_at_rank_one(engine, kb, client_for) -> None:
+    from helpers.calls import ROUTE, body, headers
+
+    summary = await load_records(engine, kb, [
+        {"document_id": "taipei", "title": "臺北<br>", "content": "臺北市是中華民國的首都<br>位於臺北盆地<ref name=\"a\">",
+         "tenant_id": "team-a", "acl": {"public": True}},
+        *[{"document_id": f"other{i}", "content": f"高雄市 第{i}段", "tenant_id": "team-a", "acl": {"public": True}}
+          for i in range(5)]])
+    assert summary.cleaned == 1 and "1 cleaned of markup residue" in summary.line()
+    client = await client_for(kb)
+    response = await client.post(ROUTE, json=body(query="臺北市的首都", topK=3, executionId="m1"),
+                                 headers=headers(**{"Idempotency-Key": "m1"}))
+    items = (await response.json())["items"]
+    assert items[0]["documentId"] == "taipei" and items[0]["content"] == "臺北市是中華民國的首都 位於臺北盆地"
+    assert items[0]["title"] == "臺北"
+
+
+async def test_stored_residue_is_repaired_and_an_unsendable_item_gives_its_place(engine, kb, client_for) -> None:
+    """Chunks written before ingest cleaned them (or by another writer): repaired in every protocol's answer; one
+    that cannot be sent at all is skipped before the cut, so the answer still has topK items."""
+    from helpers.calls import ROUTE, body, headers
+
+    def chunk(doc: str, content: str, **extra: object) -> dict:
+        return {"_op_type": "index", "_index": kb.alias, "_id": f"{doc}:1:0", "_source": {
+            "chunk_id": f"{doc}:1:0", "document_id": doc, "title": doc, "content": content, "tenant_id": "team-a",
+            "acl": {"subjects": [], "groups": [], "public": True}, "source": {"type": "DOCUMENT", "id": doc},
+            **extra}}
+
+    actions = [chunk("residue", "installation guide<br>step one installation installation"),
+               {**chunk("unsendable", "installation installation installation installation"),
+                "_source": {**chunk("unsendable", "installation installation installation installation")["_source"],
+                            "source": {"type": "URL", "id": "u"}}},  # a URL source without a uri: cannot be sent
+               *[chunk(f"plain{i}", f"installation note {i}") for i in range(5)]]
+    async for ok, item in engine.bulk(actions):
+        assert ok, item
+    await engine.refresh(kb.alias)
+    client = await client_for(kb)
+    response = await client.post(ROUTE, json=body(query="installation", topK=3, executionId="m2"),
+                                 headers=headers(**{"Idempotency-Key": "m2"}))
+    items = (await response.json())["items"]
+    assert len(items) == 3 and "unsendable" not in {i["documentId"] for i in items}
+    repaired = next(i for i in items if i["documentId"] == "residue")
+    assert repaired["content"] == "installation guide step one installation installation"

@@ -34,7 +34,7 @@ from tenacity import (
 
 from es_provider.deadline import Budget, fixed_budget
 from es_provider.errors import ErrorCode, KnowledgeError, WriteBlocked
-from es_provider.transient import blocked_write, transient
+from es_provider.transient import blocked_write, never_sent, transient
 
 log = logging.getLogger("es_provider.engine")
 T = TypeVar("T")
@@ -154,16 +154,18 @@ class Engine:
             raise KnowledgeError(ErrorCode.TIMED_OUT, detail="budget spent before the engine call")
         with engine_errors():
             # The first attempt runs bare (the hot path); tenacity takes over only after a transient failure.
+            # A write that must not run twice (retry=False) is still sent to the next node when no node got it.
+            worth_retrying = transient if retry else never_sent
             try:
                 async with asyncio.timeout(remaining):
                     return await call(remaining)
             except Exception as exc:
-                if not (retry and transient(exc)):
+                if not worth_retrying(exc):
                     raise
             await asyncio.sleep(min(0.05, max(0.0, budget.remaining(time.monotonic()))))
             remaining = budget.remaining(time.monotonic())
             async for attempt in AsyncRetrying(
-                retry=retry_if_exception(transient),
+                retry=retry_if_exception(worth_retrying),
                 stop=stop_after_attempt(2) | stop_before_delay(remaining),
                 wait=wait_exponential(multiplier=0.05, max=0.5),
                 reraise=True,

@@ -31,6 +31,12 @@ def blocked_write(status: object, reason: object) -> bool:
     return status == 403 and BLOCKED in str(reason)
 
 
+def never_sent(exc: BaseException) -> bool:
+    """A connection that could not be made: the request reached no node, so even a write that must not run twice
+    may be sent to the next node."""
+    return isinstance(exc, EngineConnectionError) and isinstance(exc.info, aiohttp.ClientConnectorError)
+
+
 def transient(exc: BaseException) -> bool:
     if isinstance(exc, ConnectionTimeout | TimeoutError):
         return False

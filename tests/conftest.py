@@ -180,6 +180,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
              + (f" {node.version} ({node.how})" if node else "") + f"; pytest exit status {exitstatus} "
              f"({'all passed' if exitstatus == 0 else 'FAILURES: see the run'}). `make test` runs the same modules "
              "at CI size.", ""]
-    for part in sorted(store):
+    def number(part: str) -> tuple[int, str]:  # "10. …" after "9. …"
+        head = part.split(".", 1)[0]
+        return (int(head) if head.isdigit() else 999, part)
+
+    for part in sorted(store, key=number):
         lines += [f"## {part}", ""] + [f"- {text}" for text in store[part]] + [""]
     Path(target).write_text("\n".join(lines), encoding="utf-8")

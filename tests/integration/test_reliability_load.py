@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import time
 import urllib.request
 import uuid
@@ -74,8 +75,12 @@ async def test_soak_at_the_ceiling(served_kb, opensearch, figures) -> None:
                        f"{SOAK_SECONDS // WINDOWS} s window {', '.join(f'{x:.1f}' for x in p99s)} ms; resident memory "
                        f"per window {', '.join(str(r // 1024) for r in rss)} MiB")
     assert result["errors"] == 0 and None not in latencies
-    settled = p99s[1:]  # the first window warms up
-    assert max(settled) <= max(3 * min(settled), min(settled) + 100), f"p99 drifted: {p99s}"
+    # Flat = no drift: the first window warms up; the last third of the rest is held against its first third.
+    settled = p99s[1:]
+    third = max(1, len(settled) // 3)
+    early, late = statistics.median(settled[:third]), statistics.median(settled[-third:])
+    if HEAVY:  # minute windows; the CI size's 5-second windows at 80 % load are too noisy to judge drift by
+        assert late <= max(2 * early, early + 100), f"p99 drifted: {p99s}"
     assert growth_mib < 16, f"resident memory grew {growth_mib:.1f} MiB after the first window"
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from es_provider.markup import has_markup, strip_markup
+from es_provider.markup import strip_markup
 from es_provider.strictjson import StrictJsonError, loads_object
 
 Key = Annotated[str, Field(min_length=1, max_length=512)]
@@ -76,14 +76,14 @@ class SourceDocument:
     @classmethod
     def of(cls, record: DocumentRecord) -> SourceDocument:
         """A JSON Lines record as its sections, markup residue (`<br>`, `<ref …>`) removed from text and title."""
-        texts = [p.content for p in record.pages] if record.pages is not None else [record.content or ""]
-        cleaned = any(has_markup(t) for t in texts) or (record.title is not None and has_markup(record.title))
-        if cleaned:
-            record = record.model_copy(update={"title": strip_markup(record.title) if record.title else record.title})
-        if record.pages is not None:
-            sections = tuple(Section(text=strip_markup(p.content), page=p.page) for p in record.pages)
-        else:
-            sections = (Section(text=strip_markup(record.content or "")),)
+        pages: list[tuple[str, int | None]] = (
+            [(p.content, p.page) for p in record.pages] if record.pages is not None else [(record.content or "", None)]
+        )
+        sections = tuple(Section(text=strip_markup(text), page=page) for text, page in pages)
+        title = strip_markup(record.title) if record.title else record.title
+        cleaned = title != record.title or any(s.text != text for s, (text, _) in zip(sections, pages, strict=True))
+        if title != record.title:
+            record = record.model_copy(update={"title": title})
         return cls(record, sections, cleaned)
 
 

@@ -54,6 +54,17 @@ def index_body(
     return load_index_body(mappings_dir, replicas=replicas, dimensions=dimensions)
 
 
+# Fields added to mappings/chunks.json since the first release; an older index gets them before an ingest writes them.
+ADDED_FIELDS = ("context",)
+
+
+async def add_new_fields(engine: Engine, kb: KnowledgeBase, body: dict[str, Any]) -> None:
+    """Adds ADDED_FIELDS (as `body` maps them) to the knowledge base's current index; adding a field is allowed on a
+    live index and a no-op when it is there."""
+    properties = body.get("mappings", {}).get("properties", {})
+    await engine.put_mapping(kb.alias, {name: properties[name] for name in ADDED_FIELDS if name in properties})
+
+
 async def versions(engine: Engine, kb: KnowledgeBase) -> list[int]:
     indices = await engine.list_indices(index_pattern(kb.alias))
     found = (version_of(name, kb.alias) for name in indices)

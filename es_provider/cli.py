@@ -18,6 +18,7 @@ from es_provider import admin, embedders, logs
 from es_provider.config import ConfigError, KnowledgeBase, Settings, load_settings
 from es_provider.engine import Engine
 from es_provider.errors import KnowledgeError, StartupError
+from es_provider.ingest.chunker import DEFAULT_OVERLAP, DEFAULT_SIZE
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -146,6 +147,8 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
                 bar.update(docs)
                 bar.set_postfix(chunks=chunks, refresh=False)
 
+        # An index made by an older release lacks fields the writer now fills (its mapping is strict).
+        await admin.add_new_fields(engine, kb, body)
         try:
             async with _embedder(settings, kb) as embedder:
                 summary = await ingest(engine, kb, documents, chunk_size=args.chunk_size, overlap=args.overlap,
@@ -206,6 +209,35 @@ def cmd_manifest(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
+    from es_provider import calibrate
+
+    if not (len(args.kb) == len(args.queries) == len(args.qrels)):
+        return _fail("give --kb, --queries and --qrels once per judged set, in the same order", EXIT_USAGE)
+    sets = []
+    for kb_id, queries, qrels in zip(args.kb, args.queries, args.qrels, strict=True):
+        try:
+            texts, judgments = calibrate.load_judgments(Path(queries), Path(qrels))
+        except (OSError, ValueError, KeyError) as exc:
+            return _fail(f"judgments: {exc}")
+        sets.append((_kb(settings, kb_id), calibrate.Judged(texts, judgments)))
+    if len({kb.embedder is None for kb, _ in sets}) > 1:
+        return _fail("calibrate sets with embeddings and sets without them separately")
+
+    async def work(engine: Engine) -> int:
+        for kb, judged in sets:
+            async with _embedder(settings, kb) as embedder:
+                await calibrate.collect(engine, kb, judged, embedder, depth=settings.scoring.fusion_depth)
+            print(f"{kb.id}: {len(judged.queries)} judged queries", file=sys.stderr)
+        fitted = calibrate.fit_all([judged for _, judged in sets])
+        if fitted.hybrid_ndcg:
+            print(f"hybrid nDCG@10 by BM25 share: {fitted.hybrid_ndcg}", file=sys.stderr)
+        print(fitted.toml(), end="")
+        return 0
+
+    return asyncio.run(_with_engine(settings, work))
+
+
 def _names(value: str) -> list[str]:
     """One option value as a list: `--groups eng,ops` (repeat the option to add more)."""
     return [name.strip() for name in value.split(",") if name.strip()]
@@ -241,8 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ingest = with_config(sub.add_parser("ingest", help="index documents"))
     ingest.add_argument("--kb", required=True)
-    ingest.add_argument("--chunk-size", type=int, default=1000, help="characters per chunk (max 16384)")
-    ingest.add_argument("--overlap", type=int, default=100, help="characters carried into the next chunk")
+    ingest.add_argument("--chunk-size", type=int, default=DEFAULT_SIZE, help="characters per chunk (max 16384)")
+    ingest.add_argument("--overlap", type=int, default=DEFAULT_OVERLAP, help="characters carried into the next chunk")
     ingest.add_argument("--concurrency", type=int, default=4, help="bulk requests in flight")
     ingest.add_argument("--tenant", default=None, help="files: tenant id (none: application-shared)")
     ingest.add_argument("--subjects", type=_names, action="extend", default=[],
@@ -271,12 +303,25 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("--document", required=True)
     delete.set_defaults(run=cmd_delete)
 
-    manifest = with_config(sub.add_parser("manifest", help="print the SparkTide REMOTE registration JSON"))
+    _manifest_parser(with_config(sub.add_parser("manifest", help="print the SparkTide REMOTE registration JSON")))
+    _calibrate_parser(sub.add_parser(
+        "calibrate", help="fit the score mappings on judged queries; prints [scoring.*] for the configuration"))
+    return parser
+
+
+def _manifest_parser(manifest: argparse.ArgumentParser) -> None:
     manifest.add_argument("--kb", required=True)
     manifest.add_argument("--endpoint", required=True, help="the public base URL (or the full callback URL)")
     manifest.add_argument("--version", default=None, help="published version (default: the last listed)")
     manifest.set_defaults(run=cmd_manifest)
-    return parser
+
+
+def _calibrate_parser(calibrate: argparse.ArgumentParser) -> None:
+    calibrate.add_argument("--config", required=True, help="the TOML configuration file")
+    calibrate.add_argument("--kb", action="append", required=True, help="a knowledge base holding the judged corpus")
+    calibrate.add_argument("--queries", action="append", required=True, help="its queries.jsonl (_id, text)")
+    calibrate.add_argument("--qrels", action="append", required=True, help="its judgments TSV (header line first)")
+    calibrate.set_defaults(run=cmd_calibrate)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from es_provider.acl import Filter, ordered
+from es_provider.calibration import Logistic
 from es_provider.strictjson import StrictModel
 
 Ident = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+$")]
@@ -56,11 +57,27 @@ class ServerSettings(StrictModel):
     signature_future_skew_s: float = Field(default=30.0, ge=0, le=300)
 
 
+class Calibration(StrictModel):
+    """One mode's score mapping (calibration.py): p = σ(intercept + log_score·ln(s) + relative·s/s_top +
+    log_rank·ln(rank)). The signs keep the engine's order within a mode."""
+
+    intercept: float
+    log_score: float = Field(ge=0)
+    relative: float = Field(ge=0)
+    log_rank: float = Field(le=0)
+
+    def logistic(self) -> Logistic:
+        return Logistic(self.intercept, self.log_score, self.relative, self.log_rank)
+
+
 class ScoringSettings(StrictModel):
-    # Raw BM25 score at which the normalised score is 0.5 (scores.py).
-    bm25_pivot: float = Field(default=10.0, gt=0)
-    # Reciprocal rank fusion constant for hybrid retrieval (fusion.py): larger flattens the rank differences.
-    rrf_k: int = Field(default=60, ge=1, le=10_000)
+    # Fitted on SciFact train and DRCD dev with `es-provider calibrate` (docs/benchmarks.md "relevance"); refit on
+    # your own judged queries the same way and paste its output here.
+    bm25: Calibration = Calibration(intercept=-14.346, log_score=1.501, relative=8.952, log_rank=-0.991)
+    vector: Calibration = Calibration(intercept=-14.346, log_score=1.501, relative=8.952, log_rank=-0.991)
+    hybrid: Calibration = Calibration(intercept=-14.346, log_score=1.501, relative=8.952, log_rank=-0.991)
+    # Hybrid: the BM25 leg's share of the fused probability (the vector leg has the rest).
+    hybrid_weight: float = Field(default=0.5, ge=0, le=1)
     # Hits each leg of a hybrid search brings to the fusion (at least top_k plus the usual surplus).
     fusion_depth: int = Field(default=30, ge=1, le=1024)
 
@@ -121,6 +138,9 @@ class KnowledgeBase(StrictModel):
     # API keys (AgentArts, Dify) always read within their tenants, whatever `mandatory_filters` says; true lets
     # them read every tenant's chunks here (SUBJECT still applies where mandated). Listed in the start-up log.
     open_to_keys: bool = False
+    # Answers carry each document's best chunk once (docs/protocols.md §8): several chunks of one long document
+    # would otherwise fill the top K. false: every matching chunk competes on its own.
+    one_chunk_per_document: bool = True
 
     def key_filters(self, *, end_user: bool = False) -> tuple[Filter, ...]:
         """The filters an API-key request enforces here: the key's tenant scope always (unless `open_to_keys`),

@@ -320,6 +320,12 @@ class Engine:
 
         await self._call(None, run, retry=False)
 
+    async def put_mapping(self, index: str, properties: dict[str, Any]) -> None:
+        async def run(left: float) -> None:
+            await self._client.indices.put_mapping(index=index, body={"properties": properties}, request_timeout=left)
+
+        await self._call(None, run, retry=False)
+
     async def delete_index(self, index: str) -> None:
         async def run(left: float) -> None:
             await self._client.indices.delete(index=index, request_timeout=left)

@@ -9,17 +9,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from es_provider import acl
+from es_provider.calibration import calibrate, calibrate_leg, fuse
 from es_provider.config import RetrievalMode, ScoringSettings
 from es_provider.deadline import Budget
 from es_provider.domain import Chunk, SearchRequest, SearchResult
 from es_provider.embedders import Embedder
 from es_provider.engine import Engine
 from es_provider.errors import ErrorCode, KnowledgeError, forbidden, protocol_error
-from es_provider.fusion import reciprocal_rank_fusion
 from es_provider.hits import MalformedHit, to_chunk
 from es_provider.naming import alias_of_index
 from es_provider.query import VECTOR_FIELD, bounded_text, build_hybrid, build_knn, build_search
-from es_provider.scores import normalise_bm25, normalise_cosine
 
 log = logging.getLogger("es_provider.retrieval")
 security_log = logging.getLogger("es_provider.security")
@@ -46,15 +45,15 @@ def resolve_mode(retrieval: SearchRequest) -> tuple[RetrievalMode, str | None]:
 
 
 def scored_hits(
-    mode: RetrievalMode, responses: list[dict[str, Any]], *, pivot: float, rrf_k: int
+    mode: RetrievalMode, responses: list[dict[str, Any]], scoring: ScoringSettings
 ) -> Sequence[tuple[Mapping[str, Any], float | None]]:
-    """Pure: the engine's responses → hits in answer order with their protocol scores (scores.py)."""
+    """Pure: the engine's responses → hits in answer order with their calibrated scores (calibration.py)."""
     legs = [response.get("hits", {}).get("hits", []) for response in responses]
     if mode == "hybrid":
-        return reciprocal_rank_fusion(legs, k=rrf_k)
-    if mode == "vector":
-        return [(hit, normalise_cosine(hit.get("_score"))) for hit in legs[0]]
-    return [(hit, normalise_bm25(hit.get("_score"), pivot)) for hit in legs[0]]
+        bm25 = calibrate_leg(legs[0], scoring.bm25.logistic())
+        vector = calibrate_leg(legs[1], scoring.vector.logistic())
+        return calibrate(fuse(bm25, vector, weight=scoring.hybrid_weight), scoring.hybrid.logistic())
+    return calibrate_leg(legs[0], (scoring.vector if mode == "vector" else scoring.bm25).logistic())
 
 
 async def run_search(
@@ -95,7 +94,8 @@ async def run_search(
 
     chunks: list[Chunk] = []
     dropped = 0
-    for hit, score in scored_hits(mode, responses, pivot=scoring.bm25_pivot, rrf_k=scoring.rrf_k):
+    seen: set[tuple[str, str]] = set()  # (knowledge base, document) already answered, for one_chunk_per_document
+    for hit, score in scored_hits(mode, responses, scoring):
         source = hit.get("_source") or {}
         if not acl.visible(source, retrieval.identity, plan.applied_filters):
             dropped += 1
@@ -117,6 +117,12 @@ async def run_search(
             continue
         if retrieval.score_threshold > 0 and (chunk.score is None or chunk.score < retrieval.score_threshold):
             continue
+        if kb.one_chunk_per_document:
+            # A lower chunk of a document already in the answer (the engine collapses one base; this covers
+            # several bases and the kNN leg of a hybrid fusion). A design choice, not a lost hit.
+            if (kb.id, chunk.document_id) in seen:
+                continue
+            seen.add((kb.id, chunk.document_id))
         chunks.append(chunk)
     return SearchResult(chunks=tuple(chunks[: retrieval.top_k]), surplus=tuple(chunks[retrieval.top_k :]),
                         applied_filters=plan.applied_filters, dropped=dropped)

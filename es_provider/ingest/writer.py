@@ -28,7 +28,7 @@ from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_excepti
 from es_provider.config import KnowledgeBase
 from es_provider.embedders import Embedder, passage_text
 from es_provider.engine import Engine, wait_out_block
-from es_provider.ingest.chunker import chunk_id, split_text
+from es_provider.ingest.chunker import DEFAULT_OVERLAP, DEFAULT_SIZE, chunk_id, split_text
 from es_provider.ingest.records import RecordError, SourceDocument
 from es_provider.query import VECTOR_FIELD
 from es_provider.transient import blocked_write, transient_status
@@ -68,6 +68,8 @@ def chunk_documents(doc: SourceDocument, *, size: int, overlap: int) -> list[dic
     ]
     docs = []
     for position, text in enumerate(texts):
+        # Indexed, never returned: the chunk with its neighbours, so that a chunk scores by its surroundings too.
+        context = "\n\n".join(t.text for t in texts[max(0, position - 1) : position + 2])
         source: dict[str, Any] = {
             "type": record.source.type,
             "id": record.source.id or record.document_id[:128],
@@ -85,6 +87,7 @@ def chunk_documents(doc: SourceDocument, *, size: int, overlap: int) -> list[dic
             "position": position,
             "title": record.title or "",
             "content": text.text,
+            "context": context,
             "acl": record.acl.model_dump(),
             "source": source,
             "metadata": record.metadata,
@@ -181,8 +184,8 @@ async def ingest(
     kb: KnowledgeBase,
     documents: Sequence[SourceDocument | RecordError],
     *,
-    chunk_size: int = 1000,
-    overlap: int = 100,
+    chunk_size: int = DEFAULT_SIZE,
+    overlap: int = DEFAULT_OVERLAP,
     concurrency: int = 2,
     max_bytes: int = 5 * 1024 * 1024,
     refresh_interval: str = "1s",

@@ -79,7 +79,7 @@ async def test_every_file_format_and_named_failures(opensearch, engine, kb, tmp_
 
 
 async def test_reingest_replaces_all_old_chunks(engine, kb) -> None:
-    long_text = " ".join(f"Sentence number {i} about installation." for i in range(40))
+    long_text = " ".join(f"Sentence number {i} about installation." for i in range(80))
     record = {"document_id": "doc-1", "content": long_text, "acl": {"public": True},
               "source": {"version": "v1"}}
     await load_records(engine, kb, [record])

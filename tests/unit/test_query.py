@@ -10,8 +10,9 @@ from es_provider.query import MAX_QUERY_UNITS, bounded_text, build_search, candi
 ID = Identity.of("app-1", "team-a", "u-alice", frozenset({"eng"}))
 
 
-def retrieval(query: str = "installation", filters: tuple = (Filter.TENANT, Filter.SUBJECT), top_k: int = 3) -> SearchRequest:
-    return SearchRequest(knowledge=(new_kb(),), query=query, identity=ID, filters=filters, top_k=top_k)
+def retrieval(query: str = "installation", filters: tuple = (Filter.TENANT, Filter.SUBJECT), top_k: int = 3,
+              knowledge: tuple = ()) -> SearchRequest:
+    return SearchRequest(knowledge=knowledge or (new_kb(),), query=query, identity=ID, filters=filters, top_k=top_k)
 
 
 @pytest.mark.parametrize(
@@ -39,9 +40,26 @@ def test_permission_clauses_are_filters_and_applied_is_derived() -> None:
     bool_query = plan.body["query"]["bool"]
     assert plan.applied_filters == (Filter.TENANT, Filter.SUBJECT)
     assert len(bool_query["filter"]) == 2
-    assert "should" not in bool_query
-    assert bool_query["must"][0]["multi_match"]["query"] == "installation"
+    assert set(bool_query) == {"must", "filter"}  # nothing but the text and the filters
+    scored = bool_query["must"][0]["bool"]
+    assert scored["must"][0]["multi_match"]["query"] == "installation"
+    assert scored["should"][0]["multi_match"]["fields"] == ["context"]  # scores only; never a permission clause
     assert plan.body["timeout"] == "1500ms"
+    assert plan.body["collapse"] == {"field": "document_id"}  # one chunk per document by default
+
+
+def test_one_chunk_per_document_can_be_turned_off() -> None:
+    kb = new_kb(one_chunk_per_document=False)
+    plan = build_search(retrieval(knowledge=(kb,)), timeout_ms=10)
+    assert "collapse" not in plan.body
+
+
+def test_cjk_query_stays_under_the_clause_limit() -> None:
+    plan = build_search(retrieval(query="字" * 16384), timeout_ms=10)
+    scored = plan.body["query"]["bool"]["must"][0]["bool"]
+    text, context = scored["must"][0]["multi_match"], scored["should"][0]["multi_match"]
+    clauses = len(text["query"]) * len(text["fields"]) + len(context["query"]) * len(context["fields"])
+    assert clauses <= 1000
 
 
 def test_no_filters_means_none_applied() -> None:
@@ -52,8 +70,8 @@ def test_no_filters_means_none_applied() -> None:
 
 def test_query_syntax_stays_text() -> None:
     plan = build_search(retrieval(query='title:* OR {"script": 1}'), timeout_ms=10)
-    text = plan.body["query"]["bool"]["must"][0]
-    assert set(text) == {"multi_match"}
+    scored = plan.body["query"]["bool"]["must"][0]["bool"]
+    assert {next(iter(clause)) for clause in (*scored["must"], *scored["should"])} == {"multi_match"}
 
 
 @pytest.mark.parametrize(("top_k", "expected"), [(1, 6), (3, 8), (10, 15), (50, 75), (1000, 1024), (1024, 1024)])

@@ -1,28 +1,9 @@
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from es_provider.deadline import budget_from_deadline
 from es_provider.errors import ErrorCode, KnowledgeError
-from es_provider.scores import normalise_bm25
-
-
-@pytest.mark.parametrize(
-    ("raw", "expected"),
-    [(0, 0.0), (10.0, 0.5), (30.0, 0.75), (-1.0, None), (math.nan, None), (math.inf, None), (None, None),
-     (True, None), ("3", None)],
-)
-def test_normalise_bm25(raw: object, expected: float | None) -> None:
-    assert normalise_bm25(raw, 10.0) == expected
-
-
-def test_normalisation_is_monotonic_and_below_one() -> None:
-    values = [normalise_bm25(x / 10, 10.0) for x in range(0, 10_000)]
-    assert all(a is not None and b is not None and a < b for a, b in zip(values, values[1:], strict=False))
-    assert all(v is not None and 0 <= v < 1 for v in values)
-
 
 NOW = 1_700_000_000_000
 

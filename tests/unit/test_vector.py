@@ -10,14 +10,12 @@ from helpers.setup import new_kb, settings_for
 
 from es_provider import admin
 from es_provider.acl import Filter, Identity
-from es_provider.config import ConfigError, parse_settings
+from es_provider.config import ConfigError, ScoringSettings, parse_settings
 from es_provider.domain import SearchRequest
 from es_provider.embedders import PassageCache, passage_text
 from es_provider.errors import KnowledgeError
-from es_provider.fusion import reciprocal_rank_fusion
 from es_provider.query import VECTOR_FIELD, build_hybrid, build_knn, build_search
 from es_provider.retrieval import resolve_mode, scored_hits
-from es_provider.scores import normalise_cosine
 
 ID = Identity.of("app-1", "team-a", "u-alice", frozenset({"eng"}))
 VECTOR = [0.1, 0.2, 0.3]
@@ -82,7 +80,8 @@ def test_knn_query_carries_the_permission_filters_inside_and_outside() -> None:
     outer = plan.body["query"]["bool"]
     knn = outer["must"][0]["knn"][VECTOR_FIELD]
     assert plan.applied_filters == (Filter.TENANT, Filter.SUBJECT)
-    assert knn["vector"] == VECTOR and knn["k"] == plan.body["size"] == 10
+    # Twice the candidates: collapsing to one chunk per document happens after the k nearest chunks are found.
+    assert knn["vector"] == VECTOR and knn["k"] == 2 * plan.body["size"] == 20
     assert knn["filter"] == {"bool": {"filter": outer["filter"]}}
     assert len(outer["filter"]) == 2
     assert plan.body["timeout"] == "900ms"
@@ -100,7 +99,7 @@ def test_hybrid_runs_both_legs_with_the_same_filters(top_k: int, depth: int, siz
     bm25, knn = plan.bodies
     assert bm25["query"] == build_search(retrieval(top_k=top_k), timeout_ms=10).body["query"]
     assert bm25["size"] == knn["size"] == size
-    assert knn["query"]["bool"]["must"][0]["knn"][VECTOR_FIELD]["k"] == size
+    assert knn["query"]["bool"]["must"][0]["knn"][VECTOR_FIELD]["k"] == min(1024, 2 * size)
     assert knn["query"]["bool"]["filter"] == bm25["query"]["bool"]["filter"]
     assert knn["query"]["bool"]["must"][0]["knn"][VECTOR_FIELD]["filter"]["bool"]["filter"] == bm25["query"]["bool"]["filter"]
 
@@ -154,45 +153,18 @@ def hit(name: str, index: str = "i-v1", score: float = 1.0) -> dict:
     return {"_index": index, "_id": name, "_score": score}
 
 
-@pytest.mark.parametrize(
-    ("legs", "expected"),
-    [
-        ([[], []], []),
-        ([["a"], ["a"]], [("a", 1.0)]),
-        ([["a", "b"], ["b", "a"]], [("a", 1.0 * (1 / 61 + 1 / 62) / (2 / 61)), ("b", (1 / 62 + 1 / 61) / (2 / 61))]),
-        ([["a"], []], [("a", (1 / 61) / (2 / 61))]),
-        ([["a", "b"], ["c"]], [("a", 0.5), ("c", 0.5), ("b", (1 / 62) / (2 / 61))]),
-        ([["a", "a"], ["a"]], [("a", 1.0)]),  # a duplicate within a leg votes once
-    ],
-)
-def test_reciprocal_rank_fusion(legs, expected) -> None:
-    fused = reciprocal_rank_fusion([[hit(n) for n in leg] for leg in legs], k=60)
-    assert [(h["_id"], pytest.approx(s)) for h, s in fused] == [(n, pytest.approx(s)) for n, s in expected]
-    assert all(0.0 < s <= 1.0 for _, s in fused)
-
-
-def test_same_id_in_different_indices_are_different_hits() -> None:
-    fused = reciprocal_rank_fusion([[hit("a", "x-v1")], [hit("a", "y-v1")]], k=60)
-    assert len(fused) == 2
-
-
-@pytest.mark.parametrize(
-    ("raw", "expected"),
-    [(0.0, 0.0), (0.5, 0.5), (0.93, 0.93), (1.0, 1.0), (1.0000001, 1.0), (-0.1, None), (None, None),
-     (float("nan"), None), (float("inf"), None), (True, None), ("0.9", None)],
-)
-def test_normalise_cosine(raw, expected) -> None:
-    assert normalise_cosine(raw) == expected
-
-
 def test_scored_hits_per_mode() -> None:
     responses = [{"hits": {"hits": [hit("a", score=10.0), hit("b", score=5.0)]}},
                  {"hits": {"hits": [hit("b", score=0.9)]}}]
-    assert [s for _, s in scored_hits("bm25", responses[:1], pivot=10.0, rrf_k=60)] == [0.5, 5 / 15]
-    assert [s for _, s in scored_hits("vector", responses[1:], pivot=10.0, rrf_k=60)] == [0.9]
-    hybrid = scored_hits("hybrid", responses, pivot=10.0, rrf_k=60)
-    assert [(h["_id"], round(s, 6)) for h, s in hybrid] == [("b", round((1 / 62 + 1 / 61) / (2 / 61), 6)),
-                                                           ("a", 0.5)]
+    scoring = ScoringSettings()
+    bm25 = scored_hits("bm25", responses[:1], scoring)
+    assert [h["_id"] for h, _ in bm25] == ["a", "b"]
+    assert bm25[0][1] == pytest.approx(scoring.bm25.logistic().probability(10.0, 10.0, 1))
+    vector = scored_hits("vector", responses[1:], scoring)
+    assert vector[0][1] == pytest.approx(scoring.vector.logistic().probability(0.9, 0.9, 1))
+    hybrid = scored_hits("hybrid", responses, scoring)
+    assert {h["_id"] for h, _ in hybrid} == {"a", "b"}
+    assert all(s is not None and 0.0 < s < 1.0 for _, s in hybrid)
 
 
 # --- passage cache, embedded text, mapping -----------------------------------------------------------------------

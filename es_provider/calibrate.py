@@ -1,0 +1,158 @@
+"""`es-provider calibrate`: fits each mode's score mapping (calibration.py) on judged queries of one's own.
+
+For every judged query it runs the service's own search bodies (query.py) against the knowledge base, labels each
+of the top-10 hits relevant or not from the judgments, and fits per mode: BM25 and vector on their own hits; hybrid
+first picks the BM25 share of the fusion that ranks best (nDCG@10 over the same queries), then fits the fused
+probability. The result is printed as the `[scoring.*]` TOML sections to paste into the configuration.
+
+Judgments: BEIR layout, `queries.jsonl` ({"_id", "text"}) and a qrels TSV (query-id, corpus-id, score; header line),
+where corpus-id is the ingested document_id.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from es_provider.acl import Identity
+from es_provider.calibration import Hit, Logistic, calibrate_leg, fit, fuse, usable
+from es_provider.config import KnowledgeBase
+from es_provider.deadline import Budget
+from es_provider.domain import SearchRequest
+from es_provider.embedders import Embedder
+from es_provider.engine import Engine
+from es_provider.query import build_hybrid, build_search
+
+TOP = 10
+WEIGHTS = tuple(i / 10 for i in range(11))
+
+
+@dataclass
+class Judged:
+    """One knowledge base's judged queries and the engine's answers to them, per leg."""
+
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    bm25: dict[str, list[Hit]] = field(default_factory=dict)
+    vector: dict[str, list[Hit]] = field(default_factory=dict)
+
+
+def load_judgments(queries_path: Path, qrels_path: Path) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    texts = {}
+    for line in queries_path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            texts[str(row["_id"])] = str(row["text"])
+    qrels: dict[str, dict[str, int]] = {}
+    for line in qrels_path.read_text(encoding="utf-8").splitlines()[1:]:
+        if line.strip():
+            query_id, doc_id, score = line.split("\t")[:3]
+            qrels.setdefault(query_id, {})[doc_id] = int(score)
+    missing = sorted(set(qrels) - set(texts))
+    if missing:
+        raise ValueError(f"{len(missing)} judged queries have no text in {queries_path} (first: {missing[0]})")
+    return {qid: texts[qid] for qid in qrels}, qrels
+
+
+def _relevant(judged: Judged, qid: str, hit: Hit) -> bool:
+    return judged.qrels[qid].get(str((hit.get("_source") or {}).get("document_id")), 0) > 0
+
+
+async def collect(
+    engine: Engine, kb: KnowledgeBase, judged: Judged, embedder: Embedder | None, *, depth: int = 30
+) -> None:
+    """Runs every judged query as the service would (no permission filters: an operator's tool) and keeps the hits."""
+    identity = Identity.of("calibrate", None, None, frozenset())
+    for qid, text in judged.queries.items():
+        request = SearchRequest((kb,), text, identity, (), TOP)
+        budget = Budget(time.monotonic() + 60.0)
+        if embedder is None:
+            response = await engine.search(kb.alias, build_search(request, timeout_ms=60_000).body, budget)
+            judged.bm25[qid] = response.get("hits", {}).get("hits", [])[:TOP]
+            continue
+        vector = await embedder.query(text)
+        plan = build_hybrid(request, vector, depth=depth, timeout_ms=60_000)
+        bm25, knn = await engine.msearch(kb.alias, list(plan.bodies), budget)
+        judged.bm25[qid] = bm25.get("hits", {}).get("hits", [])
+        judged.vector[qid] = knn.get("hits", {}).get("hits", [])
+
+
+def _rows(judged: Judged, legs: Mapping[str, Sequence[Hit]]) -> list[tuple[float, float, int, bool]]:
+    return _scored_rows(judged, {qid: [(hit, usable(hit.get("_score"))) for hit in hits[:TOP]]
+                                 for qid, hits in legs.items()})
+
+
+def ndcg_at_10(judged: Judged, ranked: Mapping[str, Sequence[Hit]]) -> float:
+    """Document-level nDCG@10 (a document counts at its first chunk), as BEIR scores it."""
+    total = 0.0
+    for qid, gains in judged.qrels.items():
+        seen: list[str] = []
+        for hit in ranked.get(qid, []):
+            doc = str((hit.get("_source") or {}).get("document_id"))
+            if doc not in seen:
+                seen.append(doc)
+        dcg = sum(gains.get(doc, 0) / math.log2(i + 2) for i, doc in enumerate(seen[:TOP]))
+        ideal = sorted(gains.values(), reverse=True)[:TOP]
+        best = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+        total += dcg / best if best > 0 else 0.0
+    return total / max(1, len(judged.qrels))
+
+
+@dataclass(frozen=True)
+class Fitted:
+    bm25: Logistic
+    vector: Logistic | None = None
+    hybrid: Logistic | None = None
+    hybrid_weight: float | None = None
+    hybrid_ndcg: dict[float, float] = field(default_factory=dict)
+
+    def toml(self) -> str:
+        def section(name: str, m: Logistic) -> str:
+            return (f"[scoring.{name}]\nintercept = {m.intercept:.4f}\nlog_score = {m.log_score:.4f}\n"
+                    f"relative = {m.relative:.4f}\nlog_rank = {m.log_rank:.4f}\n")
+
+        parts = [section("bm25", self.bm25)]
+        if self.vector is not None and self.hybrid is not None:
+            parts += [section("vector", self.vector), section("hybrid", self.hybrid)]
+        text = "\n".join(parts)
+        if self.hybrid_weight is not None:
+            text = f"[scoring]\nhybrid_weight = {self.hybrid_weight}\n\n" + text
+        return text
+
+
+def fit_all(sets: Sequence[Judged]) -> Fitted:
+    bm25 = fit([row for judged in sets for row in _rows(judged, judged.bm25)])
+    if not all(judged.vector for judged in sets):
+        return Fitted(bm25)
+    vector = fit([row for judged in sets for row in _rows(judged, judged.vector)])
+    # The BM25 share that ranks best on these queries (mean over the sets, so a big set does not decide alone).
+    legs = [{qid: (calibrate_leg(j.bm25[qid], bm25), calibrate_leg(j.vector[qid], vector)) for qid in j.queries}
+            for j in sets]
+    quality: dict[float, float] = {}
+    for weight in WEIGHTS:
+        ranked = [{qid: [hit for hit, _ in fuse(b, v, weight=weight)] for qid, (b, v) in per_set.items()}
+                  for per_set in legs]
+        quality[weight] = sum(ndcg_at_10(j, r) for j, r in zip(sets, ranked, strict=True)) / len(sets)
+    weight = max(WEIGHTS, key=lambda w: (round(quality[w], 4), -abs(w - 0.5)))
+    rows = []
+    for judged, per_set in zip(sets, legs, strict=True):
+        fused = {qid: fuse(b, v, weight=weight)[:TOP] for qid, (b, v) in per_set.items()}
+        rows += _scored_rows(judged, fused)
+    return Fitted(bm25, vector, fit(rows), weight, {w: round(q, 4) for w, q in quality.items()})
+
+
+def _scored_rows(
+    judged: Judged, scored: Mapping[str, Sequence[tuple[Hit, float | None]]]
+) -> list[tuple[float, float, int, bool]]:
+    rows = []
+    for qid, pairs in scored.items():
+        top = max((f for _, f in pairs if f is not None), default=0.0)
+        rows += [(f, top, rank, _relevant(judged, qid, hit))
+                 for rank, (hit, f) in enumerate(pairs, start=1) if f is not None]
+    return rows
+
+

@@ -1,0 +1,126 @@
+"""Calibrated scores (docs/protocols.md §8): a protocol score estimates the probability that the item is relevant.
+
+BM25 and vector hits get one logistic mapping each, of what the service knows at query time:
+
+    p = σ(intercept + log_score·ln(s) + relative·s/s_top + log_rank·ln(rank))
+
+`s` is the engine's score of the hit (BM25, or Lucene's (1 + cosine)/2), `s_top` the best score of the same search,
+`rank` the hit's 1-based place in it. With log_score ≥ 0, relative ≥ 0 and log_rank ≤ 0 (checked in config.py), p
+never rises as the rank falls: within a mode the order is the engine's. Hybrid fuses the two legs' probabilities,
+`weight·p_bm25 + (1 − weight)·p_vector` (a leg that did not return the hit adds 0), and maps that the same way with
+`ln(f)` as the score. The parameters are fitted on judged queries (`es-provider calibrate`, `fit` below); the
+defaults in config.py come from SciFact train and DRCD dev (docs/benchmarks.md "relevance").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Hit = Mapping[str, Any]
+FEATURES = ("log_score", "relative", "log_rank")
+_FLOOR = 1e-9  # ln(0) guard: a zero score is as unlikely as it gets, not an error
+
+
+@dataclass(frozen=True, slots=True)
+class Logistic:
+    """σ(intercept + log_score·ln(s) + relative·s/s_top + log_rank·ln(rank))."""
+
+    intercept: float
+    log_score: float
+    relative: float
+    log_rank: float
+
+    def probability(self, score: float, top: float, rank: int) -> float:
+        z = self.intercept + sum(w * x for w, x in zip(self.weights, features(score, top, rank), strict=True))
+        return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
+
+    @property
+    def weights(self) -> tuple[float, float, float]:
+        return (self.log_score, self.relative, self.log_rank)
+
+
+def features(score: float, top: float, rank: int) -> tuple[float, float, float]:
+    return (math.log(max(score, _FLOOR)), score / top if top > 0 else 1.0, math.log(max(1, rank)))
+
+
+def usable(raw: object) -> float | None:
+    """The engine's score as a float, or None when there is none to map (never a fake 0)."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        return None
+    value = float(raw)
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def calibrate(scored: Sequence[tuple[Hit, float | None]], mapping: Logistic) -> list[tuple[Hit, float | None]]:
+    """Hits in the given (best-first) order with their probabilities; a hit without a score keeps None."""
+    top = max((s for _, s in scored if s is not None), default=0.0)
+    return [
+        (hit, None if s is None else mapping.probability(s, top, rank))
+        for rank, (hit, s) in enumerate(scored, start=1)
+    ]
+
+
+def calibrate_leg(hits: Sequence[Hit], mapping: Logistic) -> list[tuple[Hit, float | None]]:
+    """One engine search's hits in the engine's order with their probabilities."""
+    return calibrate([(hit, usable(hit.get("_score"))) for hit in hits], mapping)
+
+
+def fuse(
+    bm25: Sequence[tuple[Hit, float | None]], vector: Sequence[tuple[Hit, float | None]], *, weight: float
+) -> list[tuple[Hit, float | None]]:
+    """Hybrid: both legs' hits once each (keyed by index and id) with `weight·p_bm25 + (1 − weight)·p_vector`,
+    best first; ties keep the BM25 leg's order, then the vector leg's. Map the result with `calibrate`."""
+    fused: dict[tuple[str, str], float] = {}
+    first: dict[tuple[str, str], Hit] = {}
+    for share, leg in ((weight, bm25), (1.0 - weight, vector)):
+        seen: set[tuple[str, str]] = set()
+        for hit, p in leg:
+            key = (str(hit.get("_index", "")), str(hit.get("_id", "")))
+            if key in seen:
+                continue
+            seen.add(key)
+            first.setdefault(key, hit)
+            fused[key] = fused.get(key, 0.0) + share * (p or 0.0)
+    order = sorted(fused, key=lambda key: -fused[key])  # stable: ties keep first-seen order
+    return [(first[key], fused[key]) for key in order]
+
+
+def fit(rows: Sequence[tuple[float, float, int, bool]], *, ridge: float = 1e-3) -> Logistic:
+    """Logistic regression (Newton's method) of relevance on (score, top score, rank) rows. A feature whose weight
+    comes out with the wrong sign (it would let a lower-ranked hit score higher) is left out and the rest refitted."""
+    x = np.array([features(s, t, r) for s, t, r, _ in rows], dtype=float)
+    y = np.array([1.0 if rel else 0.0 for *_, rel in rows])
+    keep = [True, True, True]
+    signs = (1.0, 1.0, -1.0)
+    while True:
+        columns = [i for i in range(3) if keep[i]]
+        design = np.column_stack([np.ones(len(y)), x[:, columns]])
+        w = _newton(design, y, ridge)
+        wrong = [c for c, value in zip(columns, w[1:], strict=True) if value * signs[c] < 0]
+        if not wrong:
+            break
+        keep[wrong[0]] = False
+    full = [0.0, 0.0, 0.0]
+    for c, value in zip(columns, w[1:], strict=True):
+        full[c] = float(value)
+    return Logistic(float(w[0]), *full)
+
+
+def _newton(design: np.ndarray, y: np.ndarray, ridge: float) -> np.ndarray:
+    w = np.zeros(design.shape[1])
+    penalty = ridge * np.eye(design.shape[1])
+    penalty[0, 0] = 0.0  # the intercept is not shrunk
+    for _ in range(100):
+        p = 1.0 / (1.0 + np.exp(-np.clip(design @ w, -60, 60)))
+        gradient = design.T @ (p - y) + penalty @ w
+        hessian = design.T @ (design * (p * (1 - p))[:, None]) + penalty
+        step = np.linalg.solve(hessian, gradient)
+        w -= step
+        if np.max(np.abs(step)) < 1e-9:
+            break
+    return w

@@ -112,10 +112,104 @@ def _semantic(semantic: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _fmt(value: Any) -> str:
+    return "–" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _relevance(rel: dict[str, Any], images: Path) -> list[str]:
+    targets = rel["targets"]
+    lines = ["## 6. Relevance: default ingest against whole documents, vector and hybrid, calibrated scores", "",
+             "### BM25 through the service with default ingest vs the same engine over whole documents", "",
+             "| set | queries | engine, whole documents: nDCG@10 / R@100 | service, default ingest: nDCG@10 / R@100 "
+             "| nDCG@10 target met | R@100 no lower |", "|---|---|---|---|---|---|"]
+    for name, row in rel["sets"].items():
+        whole, ours = row["whole_documents"], row["service_default"]
+        lines.append(f"| {name} | {ours['queries']} | {whole['ndcg_at_10']:.4f} / {whole['recall_at_100']:.4f} | "
+                     f"{ours['ndcg_at_10']:.4f} / {ours['recall_at_100']:.4f} | "
+                     f"{_verdict(ours['ndcg_at_10'] >= whole['ndcg_at_10'])} | "
+                     f"{_verdict(ours['recall_at_100'] >= whole['recall_at_100'])} |")
+    lines += ["", "The alternatives tried (straight to the engine, the service's own chunker and query; nDCG@10 / "
+              "R@100). The default was chosen on SciFact TRAIN and DRCD DEV (docs/benchmarks.md history); TIME "
+              "was never used to choose.", "",
+              "| variant | " + " | ".join(rel["sets"]) + " |", "|---|" + "---|" * len(rel["sets"])]
+    labels = [alt["variant"] for alt in next(iter(rel["sets"].values()))["alternatives"]]
+    for i, label in enumerate(labels):
+        cells = [f"{row['alternatives'][i]['ndcg_at_10']:.4f} / {row['alternatives'][i]['recall_at_100']:.4f}"
+                 for row in rel["sets"].values()]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "### Vector and hybrid (default ingest with embeddings; all three modes of one base)", "",
+              "| set | mode | nDCG@10 | Recall@100 |", "|---|---|---|---|"]
+    for name, modes in rel["vector_sets"].items():
+        for mode, row in modes.items():
+            lines.append(f"| {name} | {mode} | {row['ndcg_at_10']:.4f} | {row['recall_at_100']:.4f} |")
+    for name, modes in rel["vector_sets"].items():
+        best = max(modes["bm25"]["ndcg_at_10"], modes["vector"]["ndcg_at_10"])
+        lines.append(f"- {name}: hybrid − best leg = {modes['hybrid']['ndcg_at_10'] - best:+.4f} (target ≥ "
+                     f"{targets['hybrid_vs_best_leg']}): "
+                     f"{_verdict(modes['hybrid']['ndcg_at_10'] - best >= targets['hybrid_vs_best_leg'])}.")
+    sci = rel["vector_sets"].get("scifact")
+    if sci:
+        lines += [f"- SciFact hybrid ≥ {targets['scifact_hybrid']}: {sci['hybrid']['ndcg_at_10']:.4f}, "
+                  f"{_verdict(sci['hybrid']['ndcg_at_10'] >= targets['scifact_hybrid'])}; vector ≥ "
+                  f"{targets['scifact_vector']}: {sci['vector']['ndcg_at_10']:.4f}, "
+                  f"{_verdict(sci['vector']['ndcg_at_10'] >= targets['scifact_vector'])}."]
+    lines += ["", "### Calibration (fitted on SciFact train by `es-provider calibrate`; measured on test and unseen sets)",
+              "", "Over all returned top-10 items: expected calibration error (10 bins), items kept at 0.5 and their "
+              "precision, recall of all judged-relevant documents at 0.5, and the share of queries whose relevant "
+              "top-1 item scores ≥ 0.5. Targets on SciFact test: ECE ≤ 0.10, precision ≥ 0.5, top-1 ≥ 0.70.", "",
+              "| set | mode | items | ECE | kept ≥ 0.5 | precision | recall | relevant top-1 ≥ 0.5 |",
+              "|---|---|---|---|---|---|---|---|"]
+    tables = []
+    for name, modes in rel["vector_sets"].items():
+        tables += [(name, mode, row["calibration"]) for mode, row in modes.items()]
+    tables += [(name, "bm25 (BM25-only base)", row["calibration_bm25"]) for name, row in rel["sets"].items()]
+    for name, mode, cal in tables:
+        lines.append(f"| {name} | {mode} | {cal['items']} | {cal['ece']:.4f} | {cal['kept_at_05']} | "
+                     f"{_fmt(cal['precision_at_05'])} | {_fmt(cal['recall_at_05'])} | {_fmt(cal['top1_relevant_at_05'])} |")
+    if sci:
+        for mode, row in sci.items():
+            cal = row["calibration"]
+            ok = (cal["ece"] <= targets["ece"] and (cal["precision_at_05"] or 0) >= targets["precision_at_05"]
+                  and (cal["top1_relevant_at_05"] or 0) >= targets["top1_at_05"])
+            lines.append(f"- SciFact test, {mode}: all three calibration targets {_verdict(ok)}.")
+    lines += ["", "The fitted parameters (pasted into the configuration the service ran with; config.py's defaults "
+              "are these):", "", "```toml", rel["calibration_fitted"].strip(), "```", ""]
+    made = _reliability_plot(images, tables)
+    if made:
+        lines += [f"![reliability diagram](img/{made})", ""]
+    lines += [f"- ingest: {k}: {v['ingest']}" for k, v in rel["ingest"].items()] + [""]
+    return lines
+
+
+def _reliability_plot(images: Path, tables: list[tuple[str, str, dict[str, Any]]]) -> str | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    images.mkdir(parents=True, exist_ok=True)
+    fig, axis = plt.subplots(figsize=(5.5, 4.5))
+    axis.plot([0, 1], [0, 1], ":", color="grey", label="perfect")
+    for name, mode, cal in tables:
+        if not cal["bins"]:
+            continue
+        axis.plot([b["mean_score"] for b in cal["bins"]], [b["relevant_share"] for b in cal["bins"]], marker="o",
+                  label=f"{name} {mode.split(' ')[0]}")
+    axis.set_xlabel("score (mean in bin)")
+    axis.set_ylabel("share relevant")
+    axis.set_title("Reliability: top-10 items, 10 bins")
+    axis.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(images / "calibration.png", dpi=110)
+    plt.close(fig)
+    return "calibration.png"
+
+
 def render(results: Path, docs: Path) -> Path:
     quality, latency, ingest, acl = (_load(results, n) for n in ("quality", "latency", "ingest", "acl"))
     semantic = _load(results, "semantic")
-    any_result = quality or latency or ingest or acl or semantic
+    relevance = _load(results, "relevance")
+    any_result = quality or latency or ingest or acl or semantic or relevance
     info = any_result["machine"] if any_result else {}
     lines = ["# Benchmarks", "",
              "Produced by `make bench` (`python -m bench.run`) in one run on one machine; the numbers below are "
@@ -196,6 +290,8 @@ def render(results: Path, docs: Path) -> Path:
         lines += [f"- {k}: {v}" for k, v in acl["settings"].items()] + [""]
     if semantic:
         lines += _semantic(semantic)
+    if relevance:
+        lines += _relevance(relevance, docs / "img")
     for image in images:
         lines += [f"![{image}](img/{image})", ""]
     out = docs / "benchmarks.md"

@@ -12,6 +12,12 @@
             realistic ACLs (hundreds of subjects and groups).
 5. semantic BM25, vector and hybrid retrieval of one SciFact knowledge base side by side: quality and latency
             per mode (bench/semantic.py).
+6. relevance the service with DEFAULT ingest against the engine over whole documents on SciFact, TIME and DRCD;
+            vector and hybrid on SciFact and a Chinese set; calibrated scores fitted on SciFact train and measured
+            on test (bench/relevance.py).
+
+Sections 1-4 index one chunk per SciFact abstract (as BEIR indexes whole documents, and as the naive loader of
+section 1 writes them); sections 5 and 6 use the default ingest settings.
 """
 
 from __future__ import annotations
@@ -248,7 +254,7 @@ def acl_cost(base: str, url: str, queries: list[str], rounds: int, requests: int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=scifact.DEFAULT_DATA, help="SciFact in the BEIR layout")
-    parser.add_argument("--sections", default="ingest,quality,latency,acl,semantic")
+    parser.add_argument("--sections", default="ingest,quality,latency,acl,semantic,relevance")
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds per measurement")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
@@ -266,7 +272,7 @@ def main() -> None:
     queries, qrels = scifact.test_queries(args.data)
     results: dict[str, Any] = {"machine": info}
 
-    print("1/5 ingest rate", flush=True)
+    print("1/6 ingest rate", flush=True)
     if "ingest" in sections:
         results["ingest"] = ingest_rate(config, records, url, rounds=max(2, args.rounds + 1))
         write_result("ingest", {"machine": info, **results["ingest"]})
@@ -275,16 +281,16 @@ def main() -> None:
 
     with service(config, url) as svc:
         if "quality" in sections:
-            print("2/5 quality", flush=True)
+            print("2/6 quality", flush=True)
             results["quality"] = asyncio.run(quality(svc.base, queries, qrels))
             write_result("quality", {"machine": info, **results["quality"]})
         if "latency" in sections:
-            print("3/5 latency", flush=True)
+            print("3/6 latency", flush=True)
             levels = [(1, 300, 30), (8, 1200, 100), (32, 2400, 200)]
             results["latency"] = latency(svc, url, list(queries.values()), levels, args.rounds, "asyncio loop")
     if "latency" in sections:
         with service(config, url, loop="uvloop") as svc:
-            print("3/5 latency (uvloop, for comparison)", flush=True)
+            print("3/6 latency (uvloop, for comparison)", flush=True)
             levels = [(1, 300, 30), (32, 2400, 200)]
             results["latency"]["uvloop"] = latency(svc, url, list(queries.values()), levels, args.rounds,
                                                    "uvloop")["levels"]
@@ -297,7 +303,7 @@ def main() -> None:
         write_result("latency", {"machine": info, **results["latency"]})
 
     if "acl" in sections:
-        print("4/5 permission cost", flush=True)
+        print("4/6 permission cost", flush=True)
         acl_file = work / "scifact-acl.jsonl"
         acl_records(args.data, acl_file)
         cli("kb", "drop", "--config", str(config), "--kb", "scifact-acl", url=url)
@@ -309,11 +315,18 @@ def main() -> None:
         write_result("acl", {"machine": info, **results["acl"]})
 
     if "semantic" in sections:
-        print("5/5 semantic: bm25, vector, hybrid", flush=True)
+        print("5/6 semantic: bm25, vector, hybrid", flush=True)
         from bench import semantic
 
         results["semantic"] = semantic.run(work, records, url, queries, qrels, args.rounds)
         write_result("semantic", {"machine": info, **results["semantic"]})
+
+    if "relevance" in sections:
+        print("6/6 relevance: default ingest vs whole documents, vector and hybrid, calibration", flush=True)
+        from bench import relevance
+
+        results["relevance"] = relevance.run(work, url)
+        write_result("relevance", {"machine": info, **results["relevance"]})
 
     results["total_seconds"] = round(time.monotonic() - started)
     from bench.report import render

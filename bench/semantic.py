@@ -28,7 +28,6 @@ MODES = ("bm25", "vector", "hybrid")
 HYBRID = {"id": "scifact-hybrid", "name": "SciFact (hybrid)", "versions": ["1"], "alias": "bench-scifact-hybrid",
           "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 10, "secret_ref": "BENCH_SECRET", "apps": ["bench"],
           "retrieval": "hybrid", "embedder": "e5"}
-CHUNK_SIZE = 16384  # one chunk per abstract, as in the other sections
 
 
 def write_config(path: Path, url: str, *, query_cache: bool) -> Path:
@@ -41,13 +40,15 @@ def write_config(path: Path, url: str, *, query_cache: bool) -> Path:
 def chunk_texts(records: Path) -> list[str]:
     """The texts ingest will embed for these records (the writer's own chunking and passage rule)."""
     from es_provider.embedders import passage_text
+    from es_provider.ingest.chunker import DEFAULT_OVERLAP, DEFAULT_SIZE
     from es_provider.ingest.records import DocumentRecord, SourceDocument
     from es_provider.ingest.writer import chunk_documents
 
     texts = []
     for line in records.open(encoding="utf-8"):
         doc = SourceDocument.of(DocumentRecord.model_validate(json.loads(line)))
-        texts += [passage_text(c["title"], c["content"]) for c in chunk_documents(doc, size=CHUNK_SIZE, overlap=100)]
+        texts += [passage_text(c["title"], c["content"])
+                  for c in chunk_documents(doc, size=DEFAULT_SIZE, overlap=DEFAULT_OVERLAP)]
     return texts
 
 
@@ -133,8 +134,7 @@ def run(work: Path, records: Path, url: str, queries: dict[str, str], qrels: dic
           f"{cost['queries_per_s']} queries/s", flush=True)
     cli("kb", "drop", "--config", str(no_cache), "--kb", HYBRID["id"], url=url)
     cli("kb", "create", "--config", str(no_cache), "--kb", HYBRID["id"], url=url)
-    result = cli("ingest", "--config", str(no_cache), "--kb", HYBRID["id"], "--chunk-size", str(CHUNK_SIZE),
-                 str(records), url=url)
+    result = cli("ingest", "--config", str(no_cache), "--kb", HYBRID["id"], str(records), url=url)  # defaults
     match = re.search(r"(\d+) chunks in ([\d.]+) s", result.stdout)
     assert match, result.stdout
     ingest = {"chunks": int(match.group(1)), "seconds": float(match.group(2))}
@@ -167,10 +167,12 @@ def run(work: Path, records: Path, url: str, queries: dict[str, str], qrels: dic
                      "passage text = title + ' ' + chunk",
             "index": "the same chunk documents with a knn_vector field (Lucene HNSW, cosinesimil, m 16, "
                      "ef_construction 128)",
-            "bm25": "the BM25 query of section 1 (score raw/(raw+10))",
-            "vector": "knn query, k = topK + surplus, permission filters inside the kNN query (score (1+cos)/2)",
-            "hybrid": f"BM25 and kNN legs in one _msearch, {scoring.fusion_depth}+ hits each, reciprocal rank "
-                      f"fusion k={scoring.rrf_k} (score = RRF / its maximum)",
+            "chunks": "default ingest (2,000 characters, neighbour context, one chunk per document in answers)",
+            "bm25": "the service's BM25 query (calibrated score, section 6)",
+            "vector": "knn query, k = 2 × (topK + surplus), permission filters inside the kNN query",
+            "hybrid": f"BM25 and kNN legs in one _msearch, {scoring.fusion_depth}+ hits each, fused as "
+                      f"{scoring.hybrid_weight} × p_bm25 + {1 - scoring.hybrid_weight:.2f} × p_vector "
+                      "(calibrated leg probabilities)",
             "requests": "AgentArts /knowledge-bases/retrieve with extra_params retrieval_mode; TENANT+SUBJECT on",
             "latency": f"concurrency 1, 300 requests per round, {rounds} rounds interleaved; 'embedded per "
                        "request' runs with query_cache_size = 0; 'cached' after one pass over all 300 queries",

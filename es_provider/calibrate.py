@@ -25,7 +25,7 @@ from es_provider.deadline import Budget
 from es_provider.domain import SearchRequest
 from es_provider.embedders import Embedder
 from es_provider.engine import Engine
-from es_provider.query import build_hybrid, build_search
+from es_provider.query import build_hybrid, build_search, query_terms
 
 TOP = 10
 WEIGHTS = tuple(i / 10 for i in range(11))
@@ -37,6 +37,7 @@ class Judged:
 
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]]
+    terms: dict[str, int] = field(default_factory=dict)
     bm25: dict[str, list[Hit]] = field(default_factory=dict)
     vector: dict[str, list[Hit]] = field(default_factory=dict)
 
@@ -68,6 +69,7 @@ async def collect(
     """Runs every judged query as the service would (no permission filters: an operator's tool) and keeps the hits."""
     identity = Identity.of("calibrate", None, None, frozenset())
     for qid, text in judged.queries.items():
+        judged.terms[qid] = query_terms(text)
         request = SearchRequest((kb,), text, identity, (), TOP)
         budget = Budget(time.monotonic() + 60.0)
         if embedder is None:
@@ -81,9 +83,13 @@ async def collect(
         judged.vector[qid] = knn.get("hits", {}).get("hits", [])
 
 
-def _rows(judged: Judged, legs: Mapping[str, Sequence[Hit]]) -> list[tuple[float, float, int, bool]]:
-    return _scored_rows(judged, {qid: [(hit, usable(hit.get("_score"))) for hit in hits[:TOP]]
-                                 for qid, hits in legs.items()})
+def _rows(judged: Judged, legs: Mapping[str, Sequence[Hit]], *, per_term: bool) -> list[tuple[float, float, int, bool]]:
+    """(score, top score, rank, relevant) of each leg's top hits, the score as calibration.py maps it."""
+    scored = {}
+    for qid, hits in legs.items():
+        per = judged.terms[qid] if per_term else 1
+        scored[qid] = [(hit, None if (s := usable(hit.get("_score"))) is None else s / per) for hit in hits[:TOP]]
+    return _scored_rows(judged, scored)
 
 
 def ndcg_at_10(judged: Judged, ranked: Mapping[str, Sequence[Hit]]) -> float:
@@ -125,12 +131,13 @@ class Fitted:
 
 
 def fit_all(sets: Sequence[Judged]) -> Fitted:
-    bm25 = fit([row for judged in sets for row in _rows(judged, judged.bm25)])
+    bm25 = fit([row for judged in sets for row in _rows(judged, judged.bm25, per_term=True)])
     if not all(judged.vector for judged in sets):
         return Fitted(bm25)
-    vector = fit([row for judged in sets for row in _rows(judged, judged.vector)])
+    vector = fit([row for judged in sets for row in _rows(judged, judged.vector, per_term=False)])
     # The BM25 share that ranks best on these queries (mean over the sets, so a big set does not decide alone).
-    legs = [{qid: (calibrate_leg(j.bm25[qid], bm25), calibrate_leg(j.vector[qid], vector)) for qid in j.queries}
+    legs = [{qid: (calibrate_leg(j.bm25[qid], bm25, per=j.terms[qid]), calibrate_leg(j.vector[qid], vector))
+             for qid in j.queries}
             for j in sets]
     quality: dict[float, float] = {}
     for weight in WEIGHTS:

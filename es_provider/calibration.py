@@ -4,7 +4,8 @@ BM25 and vector hits get one logistic mapping each, of what the service knows at
 
     p = σ(intercept + log_score·ln(s) + relative·s/s_top + log_rank·ln(rank))
 
-`s` is the engine's score of the hit (BM25, or Lucene's (1 + cosine)/2), `s_top` the best score of the same search,
+`s` is the engine's score of the hit (BM25 divided by the query's term count, or Lucene's (1 + cosine)/2), `s_top`
+the best such score of the same search,
 `rank` the hit's 1-based place in it. With log_score ≥ 0, relative ≥ 0 and log_rank ≤ 0 (checked in config.py), p
 never rises as the rank falls: within a mode the order is the engine's. Hybrid fuses the two legs' probabilities,
 `weight·p_bm25 + (1 − weight)·p_vector` (a leg that did not return the hit adds 0), and maps that the same way with
@@ -65,9 +66,10 @@ def calibrate(scored: Sequence[tuple[Hit, float | None]], mapping: Logistic) -> 
     ]
 
 
-def calibrate_leg(hits: Sequence[Hit], mapping: Logistic) -> list[tuple[Hit, float | None]]:
-    """One engine search's hits in the engine's order with their probabilities."""
-    return calibrate([(hit, usable(hit.get("_score"))) for hit in hits], mapping)
+def calibrate_leg(hits: Sequence[Hit], mapping: Logistic, *, per: int = 1) -> list[tuple[Hit, float | None]]:
+    """One engine search's hits in the engine's order with their probabilities; each score divided by `per` first
+    (BM25: the query's term count, so that a long query's larger sums do not read as more relevant)."""
+    return calibrate([(hit, None if (s := usable(hit.get("_score"))) is None else s / per) for hit in hits], mapping)
 
 
 def fuse(

@@ -73,7 +73,7 @@ class Calibration(StrictModel):
 class ScoringSettings(StrictModel):
     # Fitted on SciFact train and DRCD dev with `es-provider calibrate` (docs/benchmarks.md "relevance"); refit on
     # your own judged queries the same way and paste its output here.
-    bm25: Calibration = Calibration(intercept=-14.346, log_score=1.501, relative=8.952, log_rank=-0.991)
+    bm25: Calibration = Calibration(intercept=-8.215, log_score=2.1656, relative=4.6972, log_rank=-0.861)
     vector: Calibration = Calibration(intercept=-14.346, log_score=1.501, relative=8.952, log_rank=-0.991)
     hybrid: Calibration = Calibration(intercept=-14.346, log_score=1.501, relative=8.952, log_rank=-0.991)
     # Hybrid: the BM25 leg's share of the fused probability (the vector leg has the rest).

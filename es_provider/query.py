@@ -54,6 +54,22 @@ _CJK = re.compile(f"[{_CJK_CLASS}]")
 _UNIT = re.compile(f"[{_CJK_CLASS}]|[^\\W_{_CJK_CLASS}]{{1,255}}|\\S")
 
 
+# Lucene's English stop words (EnglishAnalyzer): the english fields index none of them, so they add nothing to a
+# BM25 score and are not counted as query terms.
+_STOP_WORDS = frozenset({
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not",
+    "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was",
+    "will", "with"
+})
+
+
+def query_terms(text: str) -> int:
+    """How many terms of the (bounded) query can contribute to a BM25 score: its units less English stop words,
+    at least 1. A raw BM25 score grows with this count; calibration.py divides by it."""
+    units = (m.group().lower() for m in _UNIT.finditer(bounded_text(text)))
+    return max(1, sum(1 for unit in units if unit not in _STOP_WORDS and (unit.isalnum() or _CJK.match(unit))))
+
+
 def text_fields(text: str) -> tuple[str, ...]:
     return CJK_FIELDS if _CJK.search(text) else LATIN_FIELDS
 

@@ -18,7 +18,7 @@ from es_provider.engine import Engine
 from es_provider.errors import ErrorCode, KnowledgeError, forbidden, protocol_error
 from es_provider.hits import MalformedHit, to_chunk
 from es_provider.naming import alias_of_index
-from es_provider.query import VECTOR_FIELD, bounded_text, build_hybrid, build_knn, build_search
+from es_provider.query import VECTOR_FIELD, bounded_text, build_hybrid, build_knn, build_search, query_terms
 
 log = logging.getLogger("es_provider.retrieval")
 security_log = logging.getLogger("es_provider.security")
@@ -45,15 +45,18 @@ def resolve_mode(retrieval: SearchRequest) -> tuple[RetrievalMode, str | None]:
 
 
 def scored_hits(
-    mode: RetrievalMode, responses: list[dict[str, Any]], scoring: ScoringSettings
+    mode: RetrievalMode, responses: list[dict[str, Any]], scoring: ScoringSettings, *, terms: int = 1
 ) -> Sequence[tuple[Mapping[str, Any], float | None]]:
-    """Pure: the engine's responses → hits in answer order with their calibrated scores (calibration.py)."""
+    """Pure: the engine's responses → hits in answer order with their calibrated scores (calibration.py). `terms`:
+    the query's BM25 term count (query.query_terms), by which BM25 scores are divided."""
     legs = [response.get("hits", {}).get("hits", []) for response in responses]
     if mode == "hybrid":
-        bm25 = calibrate_leg(legs[0], scoring.bm25.logistic())
+        bm25 = calibrate_leg(legs[0], scoring.bm25.logistic(), per=terms)
         vector = calibrate_leg(legs[1], scoring.vector.logistic())
         return calibrate(fuse(bm25, vector, weight=scoring.hybrid_weight), scoring.hybrid.logistic())
-    return calibrate_leg(legs[0], (scoring.vector if mode == "vector" else scoring.bm25).logistic())
+    if mode == "vector":
+        return calibrate_leg(legs[0], scoring.vector.logistic())
+    return calibrate_leg(legs[0], scoring.bm25.logistic(), per=terms)
 
 
 async def run_search(
@@ -95,7 +98,7 @@ async def run_search(
     chunks: list[Chunk] = []
     dropped = 0
     seen: set[tuple[str, str]] = set()  # (knowledge base, document) already answered, for one_chunk_per_document
-    for hit, score in scored_hits(mode, responses, scoring):
+    for hit, score in scored_hits(mode, responses, scoring, terms=query_terms(retrieval.query)):
         source = hit.get("_source") or {}
         if not acl.visible(source, retrieval.identity, plan.applied_filters):
             dropped += 1

@@ -197,7 +197,7 @@ def big_jsonl(path: Path, documents: int) -> Path:
         for i in range(documents):
             handle.write(json.dumps({"document_id": f"doc-{i:05d}", "title": f"Doc {i}",
                                      "content": " ".join(f"Line {j} of document {i} about installation."
-                                                         for j in range(30)),
+                                                         for j in range(60)),
                                      "tenant_id": "team-a", "acl": {"groups": ["eng"]}}) + "\n")
     return path
 

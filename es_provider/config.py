@@ -74,10 +74,10 @@ class ScoringSettings(StrictModel):
     # Fitted on SciFact train and DRCD dev with `es-provider calibrate` (docs/benchmarks.md "relevance"); refit on
     # your own judged queries the same way and paste its output here.
     bm25: Calibration = Calibration(intercept=-8.215, log_score=2.1656, relative=4.6972, log_rank=-0.861)
-    vector: Calibration = Calibration(intercept=-14.346, log_score=1.501, relative=8.952, log_rank=-0.991)
-    hybrid: Calibration = Calibration(intercept=-14.346, log_score=1.501, relative=8.952, log_rank=-0.991)
-    # Hybrid: the BM25 leg's share of the fused probability (the vector leg has the rest).
-    hybrid_weight: float = Field(default=0.5, ge=0, le=1)
+    vector: Calibration = Calibration(intercept=-111.9324, log_score=64.7132, relative=115.9062, log_rank=-1.0984)
+    hybrid: Calibration = Calibration(intercept=0.8036, log_score=1.2243, relative=0.486, log_rank=-0.0999)
+    # Hybrid: the BM25 leg's share of the fused probability (the vector leg has the rest); fitted likewise.
+    hybrid_weight: float = Field(default=0.6, ge=0, le=1)
     # Hits each leg of a hybrid search brings to the fusion (at least top_k plus the usual surplus).
     fusion_depth: int = Field(default=30, ge=1, le=1024)
 

@@ -5,7 +5,7 @@ from helpers.setup import new_kb
 
 from es_provider.acl import Filter, Identity
 from es_provider.domain import SearchRequest
-from es_provider.query import MAX_QUERY_UNITS, bounded_text, build_search, candidate_count, text_fields
+from es_provider.query import MAX_QUERY_UNITS, bounded_text, build_search, candidate_count, query_terms, text_fields
 
 ID = Identity.of("app-1", "team-a", "u-alice", frozenset({"eng"}))
 
@@ -89,3 +89,18 @@ def test_candidate_count(top_k: int, expected: int) -> None:
 )
 def test_text_fields_follow_the_script(text: str, fields: tuple) -> None:
     assert text_fields(text) == fields
+
+
+@pytest.mark.parametrize(
+    ("text", "terms"),
+    [
+        ("installation", 1),
+        ("what is the installation procedure", 3),  # "is", "the" are English stop words: no BM25 score
+        ("The", 1),  # never 0: a divisor
+        ("", 1),
+        ("安装", 2),  # one unit per CJK character
+        ("install 安装 v2.1", 5),  # punctuation is not a term
+    ],
+)
+def test_query_terms(text: str, terms: int) -> None:
+    assert query_terms(text) == terms

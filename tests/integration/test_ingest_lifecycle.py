@@ -309,3 +309,24 @@ def test_invalid_file_options_are_a_clear_message(opensearch, tmp_path) -> None:
     done = cli(opensearch, "ingest", "--config", str(config), "--kb", "project-documents", "--groups", "g" * 200,
                str(tmp_path / "a.txt"))
     assert done.returncode == 2 and done.stderr.startswith("es-provider: --groups: ")
+
+
+async def test_ingest_into_an_index_made_before_context_adds_the_field(opensearch, engine, tmp_path) -> None:
+    """An index created by an older release (strict mapping without `context`) takes a new ingest: the field is
+    added first, and the chunks are found through it."""
+    old = new_kb()
+    body = admin.load_index_body()
+    del body["mappings"]["properties"]["context"]
+    await admin.create(engine, old, body)
+    try:
+        data = tmp_path / "docs.jsonl"
+        data.write_text(json.dumps({"document_id": "d1", "content": "Turbine blade inspection schedule.",
+                                    "tenant_id": "team-a", "acl": {"public": True}}) + "\n")
+        result = cli(opensearch, "ingest", "--config", str(write_config(tmp_path, old)), "--kb", old.id, str(data))
+        assert result.returncode == 0, result.stderr
+        await engine.refresh(old.alias)
+        budget = fixed_budget(10_000, now_monotonic=time.monotonic())
+        found = await engine.search(old.alias, {"query": {"match": {"context": "turbine"}}}, budget)
+        assert [hit["_id"] for hit in found["hits"]["hits"]] == ["d1:1:0"]
+    finally:
+        await admin.drop(engine, old)

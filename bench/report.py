@@ -172,8 +172,9 @@ def _relevance(rel: dict[str, Any], images: Path) -> list[str]:
             ok = (cal["ece"] <= targets["ece"] and (cal["precision_at_05"] or 0) >= targets["precision_at_05"]
                   and (cal["top1_relevant_at_05"] or 0) >= targets["top1_at_05"])
             lines.append(f"- SciFact test, {mode}: all three calibration targets {_verdict(ok)}.")
-    lines += ["", "The fitted parameters (pasted into the configuration the service ran with; config.py's defaults "
-              "are these):", "", "```toml", rel["calibration_fitted"].strip(), "```", ""]
+    lines += ["", "The fitted parameters, written into the configuration the service ran with above. config.py's "
+              "defaults are the same fit from an earlier run (kNN graphs differ a little between index builds, so "
+              "the last digits may too):", "", "```toml", rel["calibration_fitted"].strip(), "```", ""]
     made = _reliability_plot(images, tables)
     if made:
         lines += [f"![reliability diagram](img/{made})", ""]

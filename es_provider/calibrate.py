@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from es_provider.acl import Identity
-from es_provider.calibration import Hit, Logistic, calibrate_leg, fit, fuse, usable
+from es_provider.calibration import Hit, Logistic, Row, calibrate_leg, fit, fuse, lead_of, usable
 from es_provider.config import KnowledgeBase
 from es_provider.deadline import Budget
 from es_provider.domain import SearchRequest
@@ -83,8 +83,8 @@ async def collect(
         judged.vector[qid] = knn.get("hits", {}).get("hits", [])
 
 
-def _rows(judged: Judged, legs: Mapping[str, Sequence[Hit]], *, per_term: bool) -> list[tuple[float, float, int, bool]]:
-    """(score, top score, rank, relevant) of each leg's top hits, the score as calibration.py maps it."""
+def _rows(judged: Judged, legs: Mapping[str, Sequence[Hit]], *, per_term: bool) -> list[Row]:
+    """(score, top score, rank, lead, relevant) of each leg's top hits, the score as calibration.py maps it."""
     scored = {}
     for qid, hits in legs.items():
         per = judged.terms[qid] if per_term else 1
@@ -119,7 +119,7 @@ class Fitted:
     def toml(self) -> str:
         def section(name: str, m: Logistic) -> str:
             return (f"[scoring.{name}]\nintercept = {m.intercept:.4f}\nlog_score = {m.log_score:.4f}\n"
-                    f"relative = {m.relative:.4f}\nlog_rank = {m.log_rank:.4f}\n")
+                    f"relative = {m.relative:.4f}\nlog_rank = {m.log_rank:.4f}\nlead = {m.lead:.4f}\n")
 
         parts = [section("bm25", self.bm25)]
         if self.vector is not None and self.hybrid is not None:
@@ -154,11 +154,12 @@ def fit_all(sets: Sequence[Judged]) -> Fitted:
 
 def _scored_rows(
     judged: Judged, scored: Mapping[str, Sequence[tuple[Hit, float | None]]]
-) -> list[tuple[float, float, int, bool]]:
+) -> list[Row]:
     rows = []
     for qid, pairs in scored.items():
         top = max((f for _, f in pairs if f is not None), default=0.0)
-        rows += [(f, top, rank, _relevant(judged, qid, hit))
+        lead = lead_of([f for _, f in pairs])
+        rows += [(f, top, rank, lead, _relevant(judged, qid, hit))
                  for rank, (hit, f) in enumerate(pairs, start=1) if f is not None]
     return rows
 

@@ -2,7 +2,7 @@
 
 BM25 and vector hits get one logistic mapping each, of what the service knows at query time:
 
-    p = σ(intercept + log_score·ln(s) + relative·s/s_top + log_rank·ln(rank))
+    p = σ(intercept + log_score·ln(s) + relative·s/s_top + log_rank·ln(rank) + lead·(s_top − s_2nd)/s_top)
 
 `s` is the engine's score of the hit (BM25 divided by the query's term count, or Lucene's (1 + cosine)/2), `s_top`
 the best such score of the same search,
@@ -23,30 +23,40 @@ from typing import Any
 import numpy as np
 
 Hit = Mapping[str, Any]
-FEATURES = ("log_score", "relative", "log_rank")
+FEATURES = ("log_score", "relative", "log_rank", "lead")
+Row = tuple[float, float, int, float, bool]  # (score, top score, rank, lead, relevant): one judged hit
 _FLOOR = 1e-9  # ln(0) guard: a zero score is as unlikely as it gets, not an error
 
 
 @dataclass(frozen=True, slots=True)
 class Logistic:
-    """σ(intercept + log_score·ln(s) + relative·s/s_top + log_rank·ln(rank))."""
+    """σ(intercept + log_score·ln(s) + relative·s/s_top + log_rank·ln(rank) + lead·(s_top − s_2nd)/s_top)."""
 
     intercept: float
     log_score: float
     relative: float
     log_rank: float
+    lead: float = 0.0
 
-    def probability(self, score: float, top: float, rank: int) -> float:
-        z = self.intercept + sum(w * x for w, x in zip(self.weights, features(score, top, rank), strict=True))
+    def probability(self, score: float, top: float, rank: int, lead: float = 1.0) -> float:
+        z = self.intercept + sum(w * x for w, x in zip(self.weights, features(score, top, rank, lead), strict=True))
         return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
 
     @property
-    def weights(self) -> tuple[float, float, float]:
-        return (self.log_score, self.relative, self.log_rank)
+    def weights(self) -> tuple[float, float, float, float]:
+        return (self.log_score, self.relative, self.log_rank, self.lead)
 
 
-def features(score: float, top: float, rank: int) -> tuple[float, float, float]:
-    return (math.log(max(score, _FLOOR)), score / top if top > 0 else 1.0, math.log(max(1, rank)))
+def features(score: float, top: float, rank: int, lead: float) -> tuple[float, float, float, float]:
+    return (math.log(max(score, _FLOOR)), score / top if top > 0 else 1.0, math.log(max(1, rank)), lead)
+
+
+def lead_of(scores: Sequence[float | None]) -> float:
+    """How far the best score stands out from the second best, relative to the best (1.0 with one hit)."""
+    ordered = sorted((s for s in scores if s is not None), reverse=True)
+    if len(ordered) < 2 or ordered[0] <= 0:
+        return 1.0
+    return (ordered[0] - ordered[1]) / ordered[0]
 
 
 def usable(raw: object) -> float | None:
@@ -60,8 +70,9 @@ def usable(raw: object) -> float | None:
 def calibrate(scored: Sequence[tuple[Hit, float | None]], mapping: Logistic) -> list[tuple[Hit, float | None]]:
     """Hits in the given (best-first) order with their probabilities; a hit without a score keeps None."""
     top = max((s for _, s in scored if s is not None), default=0.0)
+    lead = lead_of([s for _, s in scored])
     return [
-        (hit, None if s is None else mapping.probability(s, top, rank))
+        (hit, None if s is None else mapping.probability(s, top, rank, lead))
         for rank, (hit, s) in enumerate(scored, start=1)
     ]
 
@@ -92,22 +103,23 @@ def fuse(
     return [(first[key], fused[key]) for key in order]
 
 
-def fit(rows: Sequence[tuple[float, float, int, bool]], *, ridge: float = 1e-3) -> Logistic:
-    """Logistic regression (Newton's method) of relevance on (score, top score, rank) rows. A feature whose weight
-    comes out with the wrong sign (it would let a lower-ranked hit score higher) is left out and the rest refitted."""
-    x = np.array([features(s, t, r) for s, t, r, _ in rows], dtype=float)
+def fit(rows: Sequence[Row], *, ridge: float = 1e-3) -> Logistic:
+    """Logistic regression (Newton's method) of relevance on (score, top score, rank, lead) rows. A feature whose
+    weight comes out with the wrong sign (it would let a lower-ranked hit score higher) is left out and the rest
+    refitted; `lead` is the same for every hit of a search, so either sign keeps the order."""
+    x = np.array([features(s, t, r, lead) for s, t, r, lead, _ in rows], dtype=float)
     y = np.array([1.0 if rel else 0.0 for *_, rel in rows])
-    keep = [True, True, True]
-    signs = (1.0, 1.0, -1.0)
+    keep = [True, True, True, True]
+    signs = (1.0, 1.0, -1.0, 0.0)
     while True:
-        columns = [i for i in range(3) if keep[i]]
+        columns = [i for i in range(4) if keep[i]]
         design = np.column_stack([np.ones(len(y)), x[:, columns]])
         w = _newton(design, y, ridge)
         wrong = [c for c, value in zip(columns, w[1:], strict=True) if value * signs[c] < 0]
         if not wrong:
             break
         keep[wrong[0]] = False
-    full = [0.0, 0.0, 0.0]
+    full = [0.0, 0.0, 0.0, 0.0]
     for c, value in zip(columns, w[1:], strict=True):
         full[c] = float(value)
     return Logistic(float(w[0]), *full)

@@ -59,23 +59,25 @@ class ServerSettings(StrictModel):
 
 class Calibration(StrictModel):
     """One mode's score mapping (calibration.py): p = σ(intercept + log_score·ln(s) + relative·s/s_top +
-    log_rank·ln(rank)). The signs keep the engine's order within a mode."""
+    log_rank·ln(rank) + lead·(s_top − s_2nd)/s_top). The signs keep the engine's order within a mode."""
 
     intercept: float
     log_score: float = Field(ge=0)
     relative: float = Field(ge=0)
     log_rank: float = Field(le=0)
+    lead: float = 0.0  # how far the best hit stands out; one value per search, so any sign keeps the order
 
     def logistic(self) -> Logistic:
-        return Logistic(self.intercept, self.log_score, self.relative, self.log_rank)
+        return Logistic(self.intercept, self.log_score, self.relative, self.log_rank, self.lead)
 
 
 class ScoringSettings(StrictModel):
     # Fitted on SciFact train and DRCD dev with `es-provider calibrate` (docs/benchmarks.md "relevance"); refit on
     # your own judged queries the same way and paste its output here.
-    bm25: Calibration = Calibration(intercept=-8.215, log_score=2.1656, relative=4.6972, log_rank=-0.861)
-    vector: Calibration = Calibration(intercept=-111.9324, log_score=64.7132, relative=115.9062, log_rank=-1.0984)
-    hybrid: Calibration = Calibration(intercept=0.8036, log_score=1.2243, relative=0.486, log_rank=-0.0999)
+    bm25: Calibration = Calibration(intercept=-13.2755, log_score=1.6308, relative=9.6494, log_rank=0.0, lead=5.6864)
+    vector: Calibration = Calibration(intercept=-182.5635, log_score=52.9025, relative=185.2186, log_rank=-0.6787,
+                                      lead=100.1819)
+    hybrid: Calibration = Calibration(intercept=0.8045, log_score=1.3659, relative=0.3616, log_rank=0.0, lead=0.659)
     # Hybrid: the BM25 leg's share of the fused probability (the vector leg has the rest); fitted likewise.
     hybrid_weight: float = Field(default=0.6, ge=0, le=1)
     # Hits each leg of a hybrid search brings to the fusion (at least top_k plus the usual surplus).

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from es_provider.calibration import Logistic, calibrate, calibrate_leg, features, fit, fuse, usable
+from es_provider.calibration import Logistic, calibrate, calibrate_leg, features, fit, fuse, lead_of, usable
 from es_provider.config import Calibration, ScoringSettings
 
 SCORING = ScoringSettings()
@@ -42,8 +42,8 @@ def test_probability_is_monotonic_in_the_raw_score_within_a_search(mode: str) ->
 @pytest.mark.parametrize("mode", list(MAPPINGS))
 def test_a_higher_raw_score_at_the_same_place_scores_higher(mode: str) -> None:
     mapping = MAPPINGS[mode]
-    base = 20.0 if mode == "bm25" else 0.9
-    assert mapping.probability(base * 1.2, base * 1.2, 1) > mapping.probability(base, base, 1)
+    base = 5.0 if mode == "bm25" else 0.75
+    assert mapping.probability(base * 1.2, base * 1.2, 1, 0.0) > mapping.probability(base, base, 1, 0.0)
 
 
 def test_unusable_scores_are_none_and_never_zero() -> None:
@@ -77,7 +77,7 @@ def test_fit_recovers_a_known_mapping() -> None:
         raws = sorted((rng.uniform(1, top) for _ in range(10)), reverse=True)
         raws[0] = top
         for rank, raw in enumerate(raws, start=1):
-            rows.append((raw, top, rank, rng.random() < truth.probability(raw, top, rank)))
+            rows.append((raw, top, rank, 0.5, rng.random() < truth.probability(raw, top, rank, 0.5)))
     fitted = fit(rows)
     assert fitted.log_score == pytest.approx(truth.log_score, abs=0.4)
     assert fitted.log_rank == pytest.approx(truth.log_rank, abs=0.4)
@@ -85,17 +85,31 @@ def test_fit_recovers_a_known_mapping() -> None:
 
 def test_fit_leaves_out_a_feature_that_would_reverse_the_order() -> None:
     # Relevance that RISES with rank: the rank feature cannot take that sign, so it is left out (0).
-    rows = [(10.0, 10.0, rank, rank > 5) for rank in range(1, 11) for _ in range(20)]
+    rows = [(10.0, 10.0, rank, 0.2, rank > 5) for rank in range(1, 11) for _ in range(20)]
     assert fit(rows).log_rank == 0.0
 
 
 @pytest.mark.parametrize(("field", "value"), [("log_score", -1.0), ("relative", -0.5), ("log_rank", 0.5)])
 def test_config_refuses_a_mapping_that_would_reorder(field: str, value: float) -> None:
-    fields = {"intercept": 0.0, "log_score": 1.0, "relative": 1.0, "log_rank": -1.0, field: value}
+    fields = {"intercept": 0.0, "log_score": 1.0, "relative": 1.0, "log_rank": -1.0, "lead": -3.0, field: value}
     with pytest.raises(ValueError):
         Calibration(**fields)
 
 
 def test_features() -> None:
-    assert features(math.e, 2 * math.e, 1) == (pytest.approx(1.0), 0.5, 0.0)
-    assert features(0.0, 0.0, 0)[1:] == (1.0, 0.0)
+    assert features(math.e, 2 * math.e, 1, 0.3) == (pytest.approx(1.0), 0.5, 0.0, 0.3)
+    assert features(0.0, 0.0, 0, 1.0)[1:] == (1.0, 0.0, 1.0)
+
+
+@pytest.mark.parametrize(("scores", "lead"), [([10.0, 5.0, 1.0], 0.5), ([4.0], 1.0), ([], 1.0), ([3.0, None, 3.0], 0.0),
+                                             ([0.0, 0.0], 1.0)])
+def test_lead_of(scores: list, lead: float) -> None:
+    assert lead_of(scores) == pytest.approx(lead)
+
+
+def test_lead_moves_a_whole_answer_and_keeps_its_order() -> None:
+    mapping = Logistic(-2.0, 1.0, 1.0, -0.5, lead=4.0)
+    standing_out = [p for _, p in calibrate_leg([hit("a", 10.0), hit("b", 2.0)], mapping)]
+    close = [p for _, p in calibrate_leg([hit("a", 10.0), hit("b", 9.5)], mapping)]
+    assert standing_out[0] > close[0]  # the same top score means more when nothing else comes near it
+    assert standing_out[0] > standing_out[1] and close[0] > close[1]

@@ -159,9 +159,9 @@ def test_scored_hits_per_mode() -> None:
     scoring = ScoringSettings()
     bm25 = scored_hits("bm25", responses[:1], scoring)
     assert [h["_id"] for h, _ in bm25] == ["a", "b"]
-    assert bm25[0][1] == pytest.approx(scoring.bm25.logistic().probability(10.0, 10.0, 1))
+    assert bm25[0][1] == pytest.approx(scoring.bm25.logistic().probability(10.0, 10.0, 1, 0.5))  # lead (10-5)/10
     vector = scored_hits("vector", responses[1:], scoring)
-    assert vector[0][1] == pytest.approx(scoring.vector.logistic().probability(0.9, 0.9, 1))
+    assert vector[0][1] == pytest.approx(scoring.vector.logistic().probability(0.9, 0.9, 1, 1.0))  # one hit
     hybrid = scored_hits("hybrid", responses, scoring)
     assert {h["_id"] for h, _ in hybrid} == {"a", "b"}
     assert all(s is not None and 0.0 < s < 1.0 for _, s in hybrid)

@@ -35,6 +35,7 @@ MIN_EXTRA_CANDIDATES = 5
 MAX_CANDIDATES = 1024
 
 VECTOR_FIELD = "embedding"  # mappings/vector.json
+KNN_MIN_K = 100
 SOURCE_FIELDS = [
     "chunk_id", "document_id", "title", "content", "tenant_id", "acl", "source", "metadata",
 ]
@@ -204,7 +205,8 @@ def build_hybrid(
 
 
 def _neighbours(size: int, retrieval: SearchRequest) -> int:
-    """k for the kNN query: collapsing happens after the k nearest chunks are found, so ask for more of them when
-    several chunks of one document may be among the nearest."""
-    one_per_document = any(kb.one_chunk_per_document for kb in retrieval.knowledge)
-    return min(MAX_CANDIDATES, size * 2) if one_per_document else size
+    """k for the kNN query. Lucene's HNSW search explores k candidates (its ef), so a small k makes the answer
+    depend on how the graph happened to be built (segments, merge order): measured on DRCD, k 15 → 30 → 100 gave
+    nDCG@10 0.901 → 0.909 → 0.910 on the same vectors. Collapsing to one chunk per document also happens after
+    the k nearest chunks are found. Hence at least KNN_MIN_K, and twice the candidates."""
+    return min(MAX_CANDIDATES, max(KNN_MIN_K, size * 2))

@@ -80,8 +80,8 @@ def test_knn_query_carries_the_permission_filters_inside_and_outside() -> None:
     outer = plan.body["query"]["bool"]
     knn = outer["must"][0]["knn"][VECTOR_FIELD]
     assert plan.applied_filters == (Filter.TENANT, Filter.SUBJECT)
-    # Twice the candidates: collapsing to one chunk per document happens after the k nearest chunks are found.
-    assert knn["vector"] == VECTOR and knn["k"] == 2 * plan.body["size"] == 20
+    # At least 100 (Lucene explores k candidates), and twice the candidates for collapsing.
+    assert knn["vector"] == VECTOR and knn["k"] == 100 and plan.body["size"] == 10
     assert knn["filter"] == {"bool": {"filter": outer["filter"]}}
     assert len(outer["filter"]) == 2
     assert plan.body["timeout"] == "900ms"
@@ -99,7 +99,7 @@ def test_hybrid_runs_both_legs_with_the_same_filters(top_k: int, depth: int, siz
     bm25, knn = plan.bodies
     assert bm25["query"] == build_search(retrieval(top_k=top_k), timeout_ms=10).body["query"]
     assert bm25["size"] == knn["size"] == size
-    assert knn["query"]["bool"]["must"][0]["knn"][VECTOR_FIELD]["k"] == min(1024, 2 * size)
+    assert knn["query"]["bool"]["must"][0]["knn"][VECTOR_FIELD]["k"] == min(1024, max(100, 2 * size))
     assert knn["query"]["bool"]["filter"] == bm25["query"]["bool"]["filter"]
     assert knn["query"]["bool"]["must"][0]["knn"][VECTOR_FIELD]["filter"]["bool"]["filter"] == bm25["query"]["bool"]["filter"]
 

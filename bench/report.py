@@ -173,9 +173,9 @@ def _relevance(rel: dict[str, Any], images: Path) -> list[str]:
             lines.append(f"- SciFact test, {mode}: ECE {cal['ece']:.4f} {_verdict(cal['ece'] <= targets['ece'])}; "
                          f"precision at 0.5 {precision:.4f} {_verdict(precision >= targets['precision_at_05'])}; "
                          f"relevant top-1 ≥ 0.5 {top1:.4f} {_verdict(top1 >= targets['top1_at_05'])}.")
-    lines += ["", "The fitted parameters, written into the configuration the service ran with above. config.py's "
-              "defaults are the same fit from an earlier run (kNN graphs differ a little between index builds, so "
-              "the last digits may too):", "", "```toml", rel["calibration_fitted"].strip(), "```", ""]
+    lines += ["", "The fitted parameters, written into the configuration the service ran with above; config.py's "
+              "defaults were copied from them (a rerun builds new kNN graphs, so the last digits of a refit may "
+              "differ):", "", "```toml", rel["calibration_fitted"].strip(), "```", ""]
     made = _reliability_plot(images, tables)
     if made:
         lines += [f"![reliability diagram](img/{made})", ""]

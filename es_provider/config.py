@@ -75,9 +75,9 @@ class ScoringSettings(StrictModel):
     # Fitted on SciFact train and DRCD dev with `es-provider calibrate` (docs/benchmarks.md "relevance"); refit on
     # your own judged queries the same way and paste its output here.
     bm25: Calibration = Calibration(intercept=-13.2755, log_score=1.6308, relative=9.6494, log_rank=0.0, lead=5.6864)
-    vector: Calibration = Calibration(intercept=-182.5635, log_score=52.9025, relative=185.2186, log_rank=-0.6787,
-                                      lead=100.1819)
-    hybrid: Calibration = Calibration(intercept=0.8045, log_score=1.3659, relative=0.3616, log_rank=0.0, lead=0.659)
+    vector: Calibration = Calibration(intercept=-183.7209, log_score=52.2426, relative=186.3386, log_rank=-0.6721,
+                                      lead=100.4009)
+    hybrid: Calibration = Calibration(intercept=0.8459, log_score=1.3833, relative=0.3408, log_rank=0.0, lead=0.6621)
     # Hybrid: the BM25 leg's share of the fused probability (the vector leg has the rest); fitted likewise.
     hybrid_weight: float = Field(default=0.6, ge=0, le=1)
     # Hits each leg of a hybrid search brings to the fusion (at least top_k plus the usual surplus).

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import random
+import tomllib
 
 import pytest
 
+from es_provider.calibrate import WEIGHTS, Judged, fit_all, ndcg_at_10
 from es_provider.calibration import Logistic, calibrate, calibrate_leg, features, fit, fuse, lead_of, usable
 from es_provider.config import Calibration, ScoringSettings
 
@@ -113,3 +115,33 @@ def test_lead_moves_a_whole_answer_and_keeps_its_order() -> None:
     close = [p for _, p in calibrate_leg([hit("a", 10.0), hit("b", 9.5)], mapping)]
     assert standing_out[0] > close[0]  # the same top score means more when nothing else comes near it
     assert standing_out[0] > standing_out[1] and close[0] > close[1]
+
+
+def _judged_set(seed: int) -> Judged:
+    """Judged queries with synthetic legs: relevant hits tend to score higher in both."""
+    rng = random.Random(seed)
+    judged = Judged(queries={}, qrels={})
+    for q in range(60):
+        qid = f"q{q}"
+        judged.queries[qid], judged.qrels[qid], judged.terms[qid] = "text", {f"d{q}-0": 1}, 2
+        for leg, base in ((judged.bm25, 10.0), (judged.vector, 0.8)):
+            docs = [(f"d{q}-{i}", base * (1 + (0.5 if i == 0 else 0) * rng.random() - 0.05 * i)) for i in range(12)]
+            docs.sort(key=lambda d: -d[1])
+            leg[qid] = [{"_index": "i-v1", "_id": d, "_score": s, "_source": {"document_id": d}} for d, s in docs]
+    return judged
+
+
+def test_ndcg_at_10_counts_a_document_once_at_its_first_chunk() -> None:
+    judged = Judged(queries={"q": "x"}, qrels={"q": {"a": 1, "b": 1}})
+    hits = [{"_source": {"document_id": d}} for d in ("a", "a", "c", "b")]
+    ideal = 1 + 1 / math.log2(3)
+    assert ndcg_at_10(judged, {"q": hits}) == pytest.approx((1 + 1 / math.log2(4)) / ideal)
+
+
+def test_calibrate_prints_a_configuration_that_loads() -> None:
+    fitted = fit_all([_judged_set(1), _judged_set(2)])
+    assert fitted.hybrid_weight is not None and set(fitted.hybrid_ndcg) == set(WEIGHTS)
+    scoring = ScoringSettings.model_validate(tomllib.loads(fitted.toml())["scoring"])
+    assert scoring.hybrid_weight == fitted.hybrid_weight
+    assert fitted.vector is not None and scoring.vector.lead == pytest.approx(fitted.vector.lead, abs=1e-4)
+    assert scoring.bm25.log_score == pytest.approx(fitted.bm25.log_score, abs=1e-4)

@@ -1,5 +1,5 @@
 """Pure mapping of OpenSearch hits to neutral Chunks (shape checked; markup residue repaired, markup.py; the score
-comes normalised, scores.py). The same content reaches every protocol."""
+comes calibrated, calibration.py). The same content reaches every protocol."""
 
 from __future__ import annotations
 

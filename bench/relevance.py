@@ -44,14 +44,9 @@ def _kb(kb_id: str, **extra: Any) -> dict[str, Any]:
 
 
 def judged(folder: str, split: str, limit: int | None = None) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
-    texts = {}
-    for line in (DATA / folder / "queries.jsonl").open(encoding="utf-8"):
-        row = json.loads(line)
-        texts[row["_id"]] = row["text"]
-    qrels: dict[str, dict[str, int]] = {}
-    for line in (DATA / folder / "qrels" / f"{split}.tsv").read_text(encoding="utf-8").splitlines()[1:]:
-        query_id, doc_id, score = line.split("\t")
-        qrels.setdefault(query_id, {})[doc_id] = int(score)
+    from es_provider.calibrate import load_judgments
+
+    texts, qrels = load_judgments(DATA / folder / "queries.jsonl", DATA / folder / "qrels" / f"{split}.tsv")
     chosen = list(qrels)[:limit] if limit else list(qrels)
     return {q: texts[q] for q in chosen}, {q: qrels[q] for q in chosen}
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from es_provider.acl import Identity
-from es_provider.calibration import Hit, Logistic, Row, calibrate_leg, fit, fuse, lead_of, usable
+from es_provider.calibration import Hit, Logistic, Row, calibrate_leg, fit, fuse, lead_of, leg_scores
 from es_provider.config import KnowledgeBase
 from es_provider.deadline import Budget
 from es_provider.domain import SearchRequest
@@ -85,11 +85,8 @@ async def collect(
 
 def _rows(judged: Judged, legs: Mapping[str, Sequence[Hit]], *, per_term: bool) -> list[Row]:
     """(score, top score, rank, lead, relevant) of each leg's top hits, the score as calibration.py maps it."""
-    scored = {}
-    for qid, hits in legs.items():
-        per = judged.terms[qid] if per_term else 1
-        scored[qid] = [(hit, None if (s := usable(hit.get("_score"))) is None else s / per) for hit in hits[:TOP]]
-    return _scored_rows(judged, scored)
+    return _scored_rows(judged, {qid: leg_scores(hits[:TOP], per=judged.terms[qid] if per_term else 1)
+                                 for qid, hits in legs.items()})
 
 
 def ndcg_at_10(judged: Judged, ranked: Mapping[str, Sequence[Hit]]) -> float:

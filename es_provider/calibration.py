@@ -10,7 +10,7 @@ the best such score of the same search,
 never rises as the rank falls: within a mode the order is the engine's. Hybrid fuses the two legs' probabilities,
 `weight·p_bm25 + (1 − weight)·p_vector` (a leg that did not return the hit adds 0), and maps that the same way with
 `ln(f)` as the score. The parameters are fitted on judged queries (`es-provider calibrate`, `fit` below); the
-defaults in config.py come from SciFact train and DRCD dev (docs/benchmarks.md "relevance").
+defaults in config.py come from SciFact train (docs/benchmarks.md "relevance").
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 Hit = Mapping[str, Any]
-FEATURES = ("log_score", "relative", "log_rank", "lead")
 Row = tuple[float, float, int, float, bool]  # (score, top score, rank, lead, relevant): one judged hit
 _FLOOR = 1e-9  # ln(0) guard: a zero score is as unlikely as it gets, not an error
 
@@ -77,10 +76,15 @@ def calibrate(scored: Sequence[tuple[Hit, float | None]], mapping: Logistic) -> 
     ]
 
 
+def leg_scores(hits: Sequence[Hit], *, per: int = 1) -> list[tuple[Hit, float | None]]:
+    """One engine search's hits with the scores the mapping reads: each divided by `per` (BM25: the query's term
+    count, so that a long query's larger sums do not read as more relevant)."""
+    return [(hit, None if (s := usable(hit.get("_score"))) is None else s / per) for hit in hits]
+
+
 def calibrate_leg(hits: Sequence[Hit], mapping: Logistic, *, per: int = 1) -> list[tuple[Hit, float | None]]:
-    """One engine search's hits in the engine's order with their probabilities; each score divided by `per` first
-    (BM25: the query's term count, so that a long query's larger sums do not read as more relevant)."""
-    return calibrate([(hit, None if (s := usable(hit.get("_score"))) is None else s / per) for hit in hits], mapping)
+    """One engine search's hits in the engine's order with their probabilities."""
+    return calibrate(leg_scores(hits, per=per), mapping)
 
 
 def fuse(

@@ -72,8 +72,8 @@ class Calibration(StrictModel):
 
 
 class ScoringSettings(StrictModel):
-    # Fitted on SciFact train and DRCD dev with `es-provider calibrate` (docs/benchmarks.md "relevance"); refit on
-    # your own judged queries the same way and paste its output here.
+    # Fitted on SciFact train with `es-provider calibrate` (docs/benchmarks.md "relevance"); refit on your own
+    # judged queries the same way and paste its output here.
     bm25: Calibration = Calibration(intercept=-13.2755, log_score=1.6308, relative=9.6494, log_rank=0.0, lead=5.6864)
     vector: Calibration = Calibration(intercept=-183.7209, log_score=52.2426, relative=186.3386, log_rank=-0.6721,
                                       lead=100.4009)

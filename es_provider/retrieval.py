@@ -98,7 +98,8 @@ async def run_search(
     chunks: list[Chunk] = []
     dropped = 0
     seen: set[tuple[str, str]] = set()  # (knowledge base, document) already answered, for one_chunk_per_document
-    for hit, score in scored_hits(mode, responses, scoring, terms=query_terms(retrieval.query)):
+    terms = 1 if mode == "vector" else query_terms(retrieval.query)  # only a BM25 leg is divided by it
+    for hit, score in scored_hits(mode, responses, scoring, terms=terms):
         source = hit.get("_source") or {}
         if not acl.visible(source, retrieval.identity, plan.applied_filters):
             dropped += 1

@@ -38,8 +38,11 @@ class Logistic:
     lead: float = 0.0
 
     def probability(self, score: float, top: float, rank: int, lead: float = 1.0) -> float:
-        z = self.intercept + sum(w * x for w, x in zip(self.weights, features(score, top, rank, lead), strict=True))
-        return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
+        # `features` written out: this runs for every hit of every answer.
+        z = (self.intercept + self.log_score * math.log(score if score > _FLOOR else _FLOOR)
+             + self.relative * (score / top if top > 0 else 1.0) + self.log_rank * math.log(rank if rank > 1 else 1)
+             + self.lead * lead)
+        return 1.0 / (1.0 + math.exp(-(-60.0 if z < -60.0 else 60.0 if z > 60.0 else z)))
 
     @property
     def weights(self) -> tuple[float, float, float, float]:

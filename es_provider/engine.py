@@ -34,6 +34,7 @@ from tenacity import (
 
 from es_provider.deadline import Budget, fixed_budget
 from es_provider.errors import ErrorCode, KnowledgeError, WriteBlocked
+from es_provider.http1 import Pool
 from es_provider.transient import blocked_write, never_sent, transient
 
 log = logging.getLogger("es_provider.engine")
@@ -126,6 +127,38 @@ class OrjsonSerializer(JSONSerializer):
         return orjson.loads(s)
 
 
+class SearchDoor:
+    """The search hot path: an orjson body POSTed to the nodes in turn over kept-alive connections (http1.py),
+    answered as orjson. opensearch-py's transport and aiohttp's client cost about a third of the service's CPU per
+    request (docs/benchmarks.md "hot path"). Failures are raised as opensearch-py's own exception types, so the one
+    error boundary (`map_error`) and the retry rule (transient.py) treat both doors alike."""
+
+    def __init__(self, hosts: list[str]) -> None:
+        self._pools = [Pool(host) for host in hosts]
+        self._turn = 0
+
+    async def post(self, path: str, body: bytes, content_type: str = "application/json") -> dict[str, Any]:
+        self._turn = (self._turn + 1) % len(self._pools)
+        try:
+            status, raw = await self._pools[self._turn].post(path, body, content_type)
+        except ConnectionError as exc:  # ConnectFailed (never sent) or Disconnected
+            raise OSConnectionError("N/A", str(exc), exc) from exc
+        if status >= 300:
+            try:
+                info: Any = orjson.loads(raw)
+                error = info.get("error", {}) if isinstance(info, dict) else {}
+                kind = error.get("type", str(error)) if isinstance(error, dict) else str(error)
+            except orjson.JSONDecodeError:
+                info, kind = raw[:2000].decode("utf-8", "replace"), "unparseable answer"
+            raise TransportError(status, kind, info)
+        answer: dict[str, Any] = orjson.loads(raw)
+        return answer
+
+    def close(self) -> None:
+        for pool in self._pools:
+            pool.close()
+
+
 class Engine:
     def __init__(
         self, url: str, *, timeout_s: float = 30.0, observe: Callable[[str, float, bool], None] | None = None
@@ -140,9 +173,11 @@ class Engine:
         self._client = AsyncOpenSearch(
             hosts=hosts, timeout=timeout_s, max_retries=0, retry_on_timeout=False, serializer=OrjsonSerializer()
         )
+        self._door = SearchDoor(hosts)
 
     async def close(self) -> None:
         await self._client.close()
+        self._door.close()
 
     def _default_budget(self) -> Budget:
         return fixed_budget(int(self._timeout_s * 1000), now_monotonic=time.monotonic())
@@ -193,14 +228,11 @@ class Engine:
                 self._observe("search", time.monotonic() - started, ok)
 
     async def search(self, index: str, body: dict[str, Any], budget: Budget) -> dict[str, Any]:
-        path = f"/{index}/_search"  # aliases are [a-z0-9_-] (config.py): nothing to escape
+        path = f"/{index}/_search?filter_path={_SEARCH_FIELDS}"  # aliases are [a-z0-9_-] (config.py)
+        payload = orjson.dumps(body)
 
-        async def run(left: float) -> dict[str, Any]:
-            # Straight to the transport: the API method's parameter handling costs more than the call needs.
-            response: dict[str, Any] = await self._client.transport.perform_request(
-                "POST", path, params={"filter_path": _SEARCH_FIELDS}, body=body, timeout=left
-            )
-            return response
+        async def run(_: float) -> dict[str, Any]:
+            return await self._door.post(path, payload)
 
         with self._observed():
             response = await self._call(budget, run)
@@ -209,16 +241,11 @@ class Engine:
 
     async def msearch(self, index: str, bodies: list[dict[str, Any]], budget: Budget) -> list[dict[str, Any]]:
         """Several searches in one round trip; any failed one fails the whole call (no partial answers)."""
-        path = f"/{index}/_msearch"
-        header = orjson.dumps({})
-        ndjson = b"".join(header + b"\n" + orjson.dumps(body) + b"\n" for body in bodies).decode("utf-8")
-        async def run(left: float) -> dict[str, Any]:
-            response: dict[str, Any] = await self._client.transport.perform_request(
-                "POST", path, params={"filter_path": _MSEARCH_FIELDS}, body=ndjson,
-                headers={"content-type": "application/x-ndjson"},
-                timeout=left,
-            )
-            return response
+        path = f"/{index}/_msearch?filter_path={_MSEARCH_FIELDS}"
+        payload = b"".join(b"{}\n" + orjson.dumps(body) + b"\n" for body in bodies)
+
+        async def run(_: float) -> dict[str, Any]:
+            return await self._door.post(path, payload, "application/x-ndjson")
 
         with self._observed():
             responses = (await self._call(budget, run)).get("responses")

@@ -43,7 +43,8 @@ def to_chunk(hit: Mapping[str, Any], *, knowledge_id: str, score: float | None) 
         chunk_id=chunk_id,
         document_id=document_id,
         content=content,
-        title=_optional_str(strip_markup(title) if isinstance(title := source.get("title"), str) else title),
+        title=_optional_str(strip_markup(title) if isinstance(title := source.get("title"), str) and has_markup(title)
+                            else title),
         tenant_id=_optional_str(source.get("tenant_id")),
         source=dict(src) if isinstance(src, dict | Mapping) else {},
         metadata=dict(metadata) if isinstance(metadata, dict | Mapping) else {},

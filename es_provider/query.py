@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from es_provider import acl, metadata
@@ -64,6 +65,7 @@ _STOP_WORDS = frozenset({
 })
 
 
+@lru_cache(maxsize=256)
 def query_terms(text: str) -> int:
     """How many terms of the (bounded) query can contribute to a BM25 score: its units less English stop words,
     at least 1. A raw BM25 score grows with this count; calibration.py divides by it."""
@@ -75,6 +77,7 @@ def text_fields(text: str) -> tuple[str, ...]:
     return CJK_FIELDS if _CJK.search(text) else LATIN_FIELDS
 
 
+@lru_cache(maxsize=256)  # one request asks for the same prefix several times (query, terms, context)
 def bounded_text(text: str, max_units: int = MAX_QUERY_UNITS) -> str:
     """The longest prefix of `text` holding at most `max_units` units (words, CJK characters, other symbols)."""
     end = 0

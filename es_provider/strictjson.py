@@ -54,6 +54,10 @@ def _depth(value: Any) -> int:
     return deepest
 
 
+# Made once: json.loads with hooks builds a new decoder on every call.
+_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+
+
 def loads_object(raw: bytes | str) -> dict[str, Any]:
     if isinstance(raw, bytes):
         try:
@@ -65,7 +69,7 @@ def loads_object(raw: bytes | str) -> dict[str, Any]:
     if text.startswith("\ufeff"):
         raise StrictJsonError("starts with a byte order mark")
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+        value = _DECODER.decode(text)
     except StrictJsonError:
         raise
     except (ValueError, RecursionError):

@@ -9,6 +9,8 @@ import aiohttp
 from opensearchpy.exceptions import ConnectionError as EngineConnectionError
 from opensearchpy.exceptions import ConnectionTimeout, TransportError
 
+from es_provider.http1 import ConnectFailed
+
 TRANSIENT_STATUS = frozenset({429, 502, 503, 504})
 # An index write block (a reindex copying the index): not transient in seconds, but worth waiting out.
 BLOCKED = "cluster_block_exception"
@@ -34,7 +36,7 @@ def blocked_write(status: object, reason: object) -> bool:
 def never_sent(exc: BaseException) -> bool:
     """A connection that could not be made: the request reached no node, so even a write that must not run twice
     may be sent to the next node."""
-    return isinstance(exc, EngineConnectionError) and isinstance(exc.info, aiohttp.ClientConnectorError)
+    return isinstance(exc, EngineConnectionError) and isinstance(exc.info, aiohttp.ClientConnectorError | ConnectFailed)
 
 
 def transient(exc: BaseException) -> bool:

@@ -24,6 +24,7 @@ from es_provider.idempotency import IdempotencyCache
 from es_provider.metrics import Metrics
 from es_provider.protocols import agentarts, dify, sparktide
 from es_provider.protocols.kit import ERROR_CODE, Protocol
+from es_provider.replays import SharedReplays
 from es_provider.retrieval import Retriever
 from es_provider.service import SERVICES, Services
 
@@ -36,7 +37,8 @@ OPENAPI = web.AppKey("openapi", bytes)
 
 
 async def healthz(_: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+    # The worker's process id: under `serve --workers N` an operator sees the connections spread.
+    return web.json_response({"status": "ok", "worker": os.getpid()})
 
 
 async def readyz(request: web.Request) -> web.Response:
@@ -181,6 +183,19 @@ def create_app(
             await engine.close()
             await _close_all(models)
             raise
+        shared_replays = SharedReplays(engine, settings.server.replay_index) if settings.shares_replays() else None
+        sweeping: asyncio.Task[None] | None = None
+        if shared_replays is not None:
+            try:
+                await shared_replays.prepare()
+            except KnowledgeError as exc:
+                await engine.close()
+                await _close_all(models)
+                raise StartupError(
+                    f"cannot create the replay index {settings.server.replay_index} that signed callbacks need "
+                    f"({exc.detail}); give the service's engine user create rights on it, or set "
+                    "[server] replay_store = \"memory\" for a single process") from None
+            sweeping = asyncio.create_task(shared_replays.sweep(min(60.0, settings.server.signature_window_s)))
         app[ENGINE] = engine
         app[SERVICES] = Services(
             settings=settings,
@@ -192,8 +207,11 @@ def create_app(
                                          max_bytes=settings.server.idempotency_max_bytes,
                                          on_size=metrics.idempotency_bytes.set),
             admission=Admission(settings.server, metrics),
+            shared_replays=shared_replays,
         )
         yield
+        if sweeping is not None:
+            sweeping.cancel()
         await engine.close()
         await _close_all(models)
 

@@ -124,6 +124,23 @@ class ReplayCache:
 _TIMESTAMP = re.compile(r"[0-9]{1,16}", re.ASCII)
 
 
+def _seconds(timestamp: str) -> float:
+    # Timestamps in seconds or milliseconds are both common; accept either.
+    ts = int(timestamp)
+    return ts / 1000.0 if ts > 10**11 else float(ts)
+
+
+def _presented(signature: str) -> str:
+    return signature.strip().lower().removeprefix("sha256=")
+
+
+def replay_key(timestamp: str, signature: str, window_s: float) -> tuple[str, float]:
+    """For a signature `verify_signature` accepted: its digest (a name that reveals nothing of it) and the moment
+    its timestamp leaves the window, for a replay store shared by processes (replays.py)."""
+    digest = hashlib.sha256(_presented(signature).encode("utf-8", "surrogateescape")).hexdigest()
+    return digest, _seconds(timestamp) + window_s
+
+
 def verify_signature(
     secret: bytes,
     *,
@@ -141,13 +158,11 @@ def verify_signature(
     if not timestamp or not signature or _TIMESTAMP.fullmatch(timestamp) is None:
         return False
     now = time.time() if now is None else now
-    # Timestamps in seconds or milliseconds are both common; accept either.
-    ts = int(timestamp)
-    ts_s = ts / 1000.0 if ts > 10**11 else float(ts)
+    ts_s = _seconds(timestamp)
     if now - ts_s > window_s or ts_s - now > future_skew_s:
         return False
     expected = hmac.new(secret, timestamp.encode("ascii") + b"." + body, hashlib.sha256).hexdigest()
-    presented = signature.strip().lower().removeprefix("sha256=")
+    presented = _presented(signature)
     if not hmac.compare_digest(expected.encode("ascii"), presented.encode("utf-8", "surrogateescape")):
         return False
     return replays.first_use(presented, expires_at=ts_s + window_s, now=now)

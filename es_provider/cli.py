@@ -60,13 +60,13 @@ async def _embedder(settings: Settings, kb: KnowledgeBase) -> AsyncIterator[embe
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from aiohttp import web
 
-    from es_provider.app import create_app
+    from es_provider.workers import count
 
     try:
-        app = create_app(settings)
-    except KnowledgeError as exc:  # e.g. an embedder that cannot load
-        return _fail(f"not started: {exc.detail or exc.safe_message}")
-    loop = None
+        workers = count(args.workers)
+    except ValueError:
+        return _fail(f"--workers {args.workers}: a positive number or auto", EXIT_USAGE)
+    loop_name = "asyncio"
     if args.loop in ("auto", "uvloop"):
         try:
             import uvloop
@@ -74,8 +74,28 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             if args.loop == "uvloop":
                 return _fail("--loop uvloop: uvloop is not installed")
         else:
-            loop = uvloop.new_event_loop()
-    banner = f"es-provider serving on http://{args.host}:{args.port} ({'uvloop' if loop else 'asyncio'})"
+            loop_name = "uvloop"
+    if workers > 1:
+        from es_provider.auth import load_credentials
+        from es_provider.workers import Supervisor
+
+        load_credentials(settings, os.environ)  # a missing secret stops here, not in N workers
+        options = {"config": args.config, "host": args.host, "port": args.port, "log_format": args.log_format,
+                   "loop": loop_name}
+        return Supervisor(workers, options).run()
+
+    from es_provider.app import create_app
+
+    try:
+        app = create_app(settings)
+    except KnowledgeError as exc:  # e.g. an embedder that cannot load
+        return _fail(f"not started: {exc.detail or exc.safe_message}")
+    loop = None
+    if loop_name == "uvloop":
+        import uvloop
+
+        loop = uvloop.new_event_loop()
+    banner = f"es-provider serving on http://{args.host}:{args.port} ({loop_name})"
     try:
         # aiohttp prints once the startup (engine, k-NN check) has succeeded and the port is bound.
         web.run_app(app, host=args.host, port=args.port, access_log=None, loop=loop,
@@ -258,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     # Measured (docs/benchmarks.md): uvloop bought nothing on the benchmark machine, so the standard loop is default.
     serve.add_argument("--loop", choices=("asyncio", "uvloop", "auto"), default="asyncio",
                        help="event loop: the standard one, uvloop, or uvloop when installed (auto)")
+    serve.add_argument("--workers", default="1",
+                       help="processes answering on the port (SO_REUSEPORT): a number, or auto (one per core)")
     serve.set_defaults(run=cmd_serve)
 
     kb = sub.add_parser("kb", help="knowledge base index lifecycle")

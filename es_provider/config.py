@@ -55,6 +55,11 @@ class ServerSettings(StrictModel):
     body_timeout_s: float = Field(default=10.0, gt=0, le=600)
     # A signed callback's timestamp may lie at most this far in the future (clock skew between the two hosts).
     signature_future_skew_s: float = Field(default=30.0, ge=0, le=300)
+    # Where a signed callback's first use is remembered. "engine": a create-only document per signature in
+    # `replay_index`, so a replay is refused by whichever worker or instance it reaches (one index write per signed
+    # callback, docs/benchmarks.md); "memory": this process only (one process, one instance).
+    replay_store: Literal["engine", "memory"] = "engine"
+    replay_index: str = Field(default="es-provider-replays", pattern=r"^[a-z0-9][a-z0-9_.-]{0,200}$")
 
 
 class Calibration(StrictModel):
@@ -207,6 +212,10 @@ class Settings(StrictModel):
 
     def needs_knn(self) -> bool:
         return any(kb.embedder is not None for kb in self.knowledge)
+
+    def shares_replays(self) -> bool:
+        """Whether signed callbacks' first uses are kept in the engine (some knowledge base requires signatures)."""
+        return self.server.replay_store == "engine" and any(kb.signature for kb in self.knowledge)
 
 
 class ConfigError(Exception):

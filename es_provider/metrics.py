@@ -1,9 +1,16 @@
 """Prometheus metrics, one registry per app (no process globals): requests by route/status/code, request and
-OpenSearch and query-embedding latency histograms, and the security counter of hits the permission re-check dropped."""
+OpenSearch and query-embedding latency histograms, and the security counter of hits the permission re-check dropped.
+
+Under `serve --workers N` (PROMETHEUS_MULTIPROC_DIR set before prometheus-client is imported, workers.py) every
+worker writes its values to files in that folder and /metrics, whichever worker answers it, reports their sum;
+the gauges count live workers only."""
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 _BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 
@@ -31,10 +38,10 @@ class Metrics:
             buckets=_BUCKETS, registry=self.registry,
         )
         self.in_flight = Gauge("es_provider_in_flight", "Requests holding a concurrency slot (their body is in)",
-                               registry=self.registry)
+                               registry=self.registry, multiprocess_mode="livesum")
         self.idempotency_bytes = Gauge(
             "es_provider_idempotency_bytes", "Memory held by the answers kept for repeated executionIds",
-            registry=self.registry,
+            registry=self.registry, multiprocess_mode="livesum",
         )
         self.slow_bodies = Counter(
             "es_provider_slow_bodies", "Requests cut off because their body did not arrive within body_timeout_s",
@@ -48,4 +55,9 @@ class Metrics:
         self.embedding_latency.labels("ok" if ok else "error").observe(seconds)
 
     def exposition(self) -> bytes:
+        folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if folder:
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path=folder)  # type: ignore[no-untyped-call]
+            return generate_latest(registry)
         return generate_latest(self.registry)

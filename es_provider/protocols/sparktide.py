@@ -166,6 +166,13 @@ async def callback(request: web.Request) -> web.Response:
             margin_ms=settings.server.deadline_margin_ms,
             max_ahead_ms=settings.server.max_deadline_ahead_ms,
         )
+        if kb.signature and services.shared_replays is not None:
+            # This process has not seen the signature (checked above); has any other worker or instance?
+            digest, expires_at = auth.replay_key(request.headers["X-Knowledge-Timestamp"],
+                                                 request.headers["X-Knowledge-Signature"],
+                                                 settings.server.signature_window_s)
+            if not await services.shared_replays.first_use(digest, expires_at, budget):
+                raise unauthenticated("signature replayed (first used by another process)")
         identity = Identity.of(req.appId, req.tenantId, req.subjectId, auth.groups_of(settings, req.subjectId))
         search_request = SearchRequest(
             knowledge=(kb,),

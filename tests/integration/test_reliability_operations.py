@@ -133,7 +133,7 @@ async def test_credentials_refused_and_secrets_never_leak(stack, figures) -> Non
 
 async def test_health_readiness_metrics_and_json_logs(stack, opensearch, tmp_path) -> None:
     served, _ = stack
-    assert await aget(served.base, "/healthz") == (200, b'{"status": "ok"}')
+    assert await aget(served.base, "/healthz") == (200, b'{"status": "ok", "worker": %d}' % served.process.pid)
     assert (await aget(served.base, "/readyz"))[0] == 200
     status, answer = await apost(served.base, "/agent/knowledge/project-documents/1.0.0", callback("exec-ops"),
                           {"Authorization": f"Bearer {CALLBACK_SECRET}", "Idempotency-Key": "exec-ops"})

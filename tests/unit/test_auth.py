@@ -130,3 +130,36 @@ def test_api_key_identity_never_widens(tenant, subject) -> None:
     with pytest.raises(KnowledgeError) as caught:
         api_key_identity(settings, settings.api_keys[0], tenant_id=tenant, subject_id=subject)
     assert caught.value.status == 403
+
+
+def test_replay_key_names_a_signature_by_its_digest_and_its_window() -> None:
+    from es_provider.auth import replay_key
+
+    digest, expires = replay_key("1700000000000", "SHA256=ABCDEF", 300)
+    assert digest == replay_key("1700000000000", "abcdef", 300)[0]  # the form verify_signature compares
+    assert len(digest) == 64 and "abcdef" not in digest
+    assert expires == 1_700_000_300.0
+    assert replay_key("1700000000", "abcdef", 300)[1] == 1_700_000_300.0  # seconds or milliseconds
+
+
+@pytest.mark.parametrize(("value", "workers"), [("1", 1), ("4", 4)])
+def test_workers_count(value: str, workers: int) -> None:
+    from es_provider.workers import count
+
+    assert count(value) == workers
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many"])
+def test_workers_count_refuses(value: str) -> None:
+    from es_provider.workers import count
+
+    with pytest.raises(ValueError):
+        count(value)
+
+
+def test_workers_auto_is_the_usable_cores() -> None:
+    import os
+
+    from es_provider.workers import count
+
+    assert count("auto") == len(os.sched_getaffinity(0))

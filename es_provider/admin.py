@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,7 @@ from es_provider.embedders import Embedder
 from es_provider.engine import Engine, wait_out_block
 from es_provider.ingest.writer import EMBED_BATCH, add_vectors
 from es_provider.naming import index_name, index_pattern, version_of
-from es_provider.query import VECTOR_FIELD
+from es_provider.query import LANGUAGE_FIELDS, VECTOR_FIELD
 
 DEFAULT_MAPPINGS = Path(os.environ.get("ES_PROVIDER_MAPPINGS", Path(__file__).resolve().parent.parent / "mappings"))
 
@@ -30,11 +30,30 @@ def _load(path: Path) -> dict[str, Any]:
     return body
 
 
+
+
+def for_languages(body: dict[str, Any], languages: Sequence[str]) -> dict[str, Any]:
+    """Pure: `body` without the analysed fields of languages the knowledge base does not have. A parent field
+    that is not needed any more stays in the mapping unindexed (its sub-fields hang from it)."""
+    unused = {f for language, fields in LANGUAGE_FIELDS.items() if language not in languages for f in fields}
+    properties = body.get("mappings", {}).get("properties", {})
+    for name in unused:
+        parent, _, sub = name.partition(".")
+        if parent not in properties:
+            continue
+        if sub:
+            properties[parent].get("fields", {}).pop(sub, None)
+        else:
+            properties[parent]["index"] = False
+    return body
+
+
 def load_index_body(
-    mappings_dir: Path = DEFAULT_MAPPINGS, *, replicas: int | None = None, dimensions: int | None = None
+    mappings_dir: Path = DEFAULT_MAPPINGS, *, replicas: int | None = None, dimensions: int | None = None,
+    languages: Sequence[str] = ("en", "zh"),
 ) -> dict[str, Any]:
-    """chunks.json, plus (with `dimensions`) the k-NN setting and vector field of vector.json."""
-    body = _load(mappings_dir / "chunks.json")
+    """chunks.json for `languages`, plus (with `dimensions`) the k-NN setting and vector field of vector.json."""
+    body = for_languages(_load(mappings_dir / "chunks.json"), languages)
     index_settings = body.setdefault("settings", {}).setdefault("index", {})
     if replicas is not None:
         index_settings["number_of_replicas"] = replicas
@@ -51,7 +70,7 @@ def index_body(
 ) -> dict[str, Any]:
     """The index body for a knowledge base: with a vector field when it has an embedder."""
     dimensions = settings.embedders[kb.embedder].dimensions if kb.embedder is not None else None
-    return load_index_body(mappings_dir, replicas=replicas, dimensions=dimensions)
+    return load_index_body(mappings_dir, replicas=replicas, dimensions=dimensions, languages=kb.languages)
 
 
 # Fields added to mappings/chunks.json since the first release; an older index gets them before an ingest writes them.

@@ -62,6 +62,10 @@ class ServerSettings(StrictModel):
     replay_index: str = Field(default="es-provider-replays", pattern=r"^[a-z0-9][a-z0-9_.-]{0,200}$")
 
 
+Language = Literal["en", "zh"]
+LANGUAGES: tuple[Language, ...] = ("en", "zh")
+
+
 class Calibration(StrictModel):
     """One mode's score mapping (calibration.py): p = σ(intercept + log_score·ln(s) + relative·s/s_top +
     log_rank·ln(rank) + lead·(s_top − s_2nd)/s_top). The signs keep the engine's order within a mode."""
@@ -148,6 +152,10 @@ class KnowledgeBase(StrictModel):
     # Answers carry each document's best chunk once (docs/protocols.md §8): several chunks of one long document
     # would otherwise fill the top K. false: every matching chunk competes on its own.
     one_chunk_per_document: bool = True
+    # The languages its text is analysed for (mappings/chunks.json): "en" indexes the english-analysed fields,
+    # "zh" the CJK-bigram ones (Chinese, Japanese, Korean). One language makes the index smaller and the ingest
+    # faster (docs/benchmarks.md "mapping"); both (the default) serves mixed text.
+    languages: list[Language] = Field(default_factory=lambda: list(LANGUAGES), min_length=1, max_length=2)
 
     def key_filters(self, *, end_user: bool = False) -> tuple[Filter, ...]:
         """The filters an API-key request enforces here: the key's tenant scope always (unless `open_to_keys`),
@@ -166,6 +174,8 @@ class KnowledgeBase(StrictModel):
             raise ValueError("a legacy knowledge base cannot declare mandatory_filters")
         if len(set(self.mandatory_filters)) != len(self.mandatory_filters):
             raise ValueError("mandatory_filters has duplicates")
+        if len(set(self.languages)) != len(self.languages):
+            raise ValueError("languages has duplicates")
         if self.permissions and self.protocol == "1.0" and Filter.SUBJECT not in self.mandatory_filters:
             # The spec: a 1.0 definition that configures permissions must declare SUBJECT.
             raise ValueError("a knowledge base with permissions must list SUBJECT in mandatory_filters")

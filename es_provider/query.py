@@ -73,8 +73,19 @@ def query_terms(text: str) -> int:
     return max(1, sum(1 for unit in units if unit not in _STOP_WORDS and (unit.isalnum() or _CJK.match(unit))))
 
 
-def text_fields(text: str) -> tuple[str, ...]:
-    return CJK_FIELDS if _CJK.search(text) else LATIN_FIELDS
+# The fields each language's analysis writes (admin.LANGUAGE_FIELDS builds the mapping from the same lists).
+LANGUAGE_FIELDS = {"en": ("title.en", "content.en", "context"), "zh": ("title.cjk", "content.cjk", "context.cjk")}
+
+
+def text_fields(text: str, languages: frozenset[str] = frozenset({"en", "zh"})) -> tuple[str, ...]:
+    """The text fields a query searches: the english ones, and the CJK ones when it has CJK characters — of those
+    the knowledge bases index. A Chinese-only base is searched on its CJK fields whatever the query's script."""
+    return _pick(CJK_FIELDS if _CJK.search(text) else LATIN_FIELDS, CJK_FIELDS, languages)
+
+
+def _pick(wanted: tuple[str, ...], fallback: tuple[str, ...], languages: frozenset[str]) -> tuple[str, ...]:
+    indexed = {field for language in languages for field in LANGUAGE_FIELDS[language]}
+    return tuple(f for f in wanted if f in indexed) or tuple(f for f in fallback if f in indexed)
 
 
 @lru_cache(maxsize=256)  # one request asks for the same prefix several times (query, terms, context)
@@ -135,10 +146,11 @@ def _envelope(size: int, timeout_ms: int, query: dict[str, Any]) -> dict[str, An
 
 def _bm25_query(retrieval: SearchRequest, filters: list[dict[str, Any]]) -> dict[str, Any]:
     query_text = bounded_text(retrieval.query)
+    languages = frozenset(language for kb in retrieval.knowledge for language in kb.languages)
     text = {
         "multi_match": {
             "query": query_text,
-            "fields": list(text_fields(query_text)),
+            "fields": list(text_fields(query_text, languages)),
             "type": "best_fields",
             "tie_breaker": 0.5,
         }
@@ -147,7 +159,8 @@ def _bm25_query(retrieval: SearchRequest, filters: list[dict[str, Any]]) -> dict
     context = {
         "multi_match": {
             "query": context_text,
-            "fields": list(CJK_CONTEXT_FIELDS if _CJK.search(context_text) else LATIN_CONTEXT_FIELDS),
+            "fields": list(_pick(CJK_CONTEXT_FIELDS if _CJK.search(context_text) else LATIN_CONTEXT_FIELDS,
+                                 CJK_CONTEXT_FIELDS, languages)),
             "type": "best_fields",
             "tie_breaker": 0.5,
             "boost": CONTEXT_WEIGHT,

@@ -104,3 +104,44 @@ def test_text_fields_follow_the_script(text: str, fields: tuple) -> None:
 )
 def test_query_terms(text: str, terms: int) -> None:
     assert query_terms(text) == terms
+
+
+# --- per-knowledge-base languages: the mapping indexes, and the query searches, only their fields ---------------
+
+@pytest.mark.parametrize(("languages", "query", "fields", "context"), [
+    (("en", "zh"), "install guide", ["title.en", "content.en"], ["context"]),
+    (("en", "zh"), "安裝指南", ["title.en", "content.en", "title.cjk", "content.cjk"], ["context", "context.cjk"]),
+    (("en",), "安裝指南", ["title.en", "content.en"], ["context"]),
+    (("zh",), "install guide", ["title.cjk", "content.cjk"], ["context.cjk"]),
+    (("zh",), "安裝指南", ["title.cjk", "content.cjk"], ["context.cjk"]),
+])
+def test_query_fields_follow_the_languages(languages, query, fields, context) -> None:
+    from helpers.setup import new_kb
+
+    from es_provider.acl import Filter, Identity
+    from es_provider.domain import SearchRequest
+    from es_provider.query import build_search
+
+    kb = new_kb(languages=list(languages))
+    plan = build_search(SearchRequest((kb,), query, Identity.of("a", "t", "s"), (Filter.TENANT,), 5), timeout_ms=100)
+    scored = plan.body["query"]["bool"]["must"][0]["bool"]
+    assert scored["must"][0]["multi_match"]["fields"] == fields
+    assert scored["should"][0]["multi_match"]["fields"] == context
+
+
+@pytest.mark.parametrize(("languages", "indexed"), [
+    (("en", "zh"), {"title.en", "title.cjk", "content.en", "content.cjk", "context", "context.cjk"}),
+    (("en",), {"title.en", "content.en", "context"}),
+    (("zh",), {"title.cjk", "content.cjk", "context.cjk"}),
+])
+def test_the_mapping_indexes_only_the_languages_fields(languages, indexed) -> None:
+    from es_provider.admin import load_index_body
+
+    properties = load_index_body(languages=languages)["mappings"]["properties"]
+    found = set()
+    for name in ("title", "content", "context"):
+        if properties[name].get("index", True):
+            found.add(name)
+        found.update(f"{name}.{sub}" for sub in properties[name].get("fields", {}))
+    assert found == indexed
+    assert properties["title"]["index"] is False and properties["content"]["index"] is False  # never queried

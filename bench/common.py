@@ -95,12 +95,19 @@ def cli(*args: str, url: str) -> subprocess.CompletedProcess[str]:
 
 
 @contextmanager
-def service(config: Path, url: str, *, loop: str = "asyncio") -> Iterator[Served]:
-    """`es-provider serve` in its own process (the tests' launcher); yields it once /healthz answers."""
+def service(config: Path, url: str, *, loop: str = "asyncio", workers: int = 1) -> Iterator[Served]:
+    """`es-provider serve` in its own process (the tests' launcher); yields it once /healthz answers (with
+    `workers` > 1, once every worker has started)."""
     env = {"OPENSEARCH_URL": url, "BENCH_SECRET": SECRET, "BENCH_API_KEY": API_KEY}
     with tempfile.TemporaryDirectory() as folder:
         try:
-            served = Served(config, env, Path(folder) / "service.log", args=("--loop", loop))
+            served = Served(config, env, Path(folder) / "service.log",
+                            args=("--loop", loop, "--workers", str(workers)))
+            deadline = time.monotonic() + 60
+            while workers > 1 and f"{workers} workers" not in served.logs():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(served.logs()[-2000:])
+                time.sleep(0.2)
         except RuntimeError as exc:
             raise SystemExit(f"the service did not start: {exc}") from None
         try:

@@ -5,7 +5,7 @@ service: sends a list of requests at a fixed concurrency and prints per-request 
 
 mode "direct": each body is an OpenSearch search body, sent with opensearch-py's async client.
 mode "service": each body is a SparkTide callback; executionId, Idempotency-Key and deadline are made fresh for
-every request, so the service's idempotency window never answers from memory. With "protocol": "agentarts" each
+every request, so the service's idempotency window never answers from memory; with "sign": true each is signed. With "protocol": "agentarts" each
 body is an AgentArts retrieve request, sent as it is. "duration_s" (closed loop) stops starting requests after that
 many seconds.
 """
@@ -13,6 +13,8 @@ many seconds.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import math
 import sys
@@ -64,8 +66,14 @@ async def run_service(spec: dict[str, Any]) -> tuple[list[float], int, float]:
             body = dict(bodies[i % len(bodies)])
             body["executionId"] = execution
             body["deadline"] = int(time.time() * 1000) + 10_000
-            async with session.post(url, data=orjson.dumps(body),
-                                    headers={**headers, "Idempotency-Key": execution}) as response:
+            raw = orjson.dumps(body)
+            sent = {**headers, "Idempotency-Key": execution}
+            if spec.get("sign"):  # a signed callback: HMAC-SHA256 over "timestamp.body" with the callback secret
+                timestamp = str(int(time.time() * 1000))
+                sent["X-Knowledge-Timestamp"] = timestamp
+                sent["X-Knowledge-Signature"] = hmac.new(spec["secret"].encode(), timestamp.encode() + b"." + raw,
+                                                         hashlib.sha256).hexdigest()
+            async with session.post(url, data=raw, headers=sent) as response:
                 await response.read()
                 if response.status != 200:
                     raise RuntimeError(f"status {response.status}")

@@ -207,6 +207,73 @@ def _reliability_plot(images: Path, tables: list[tuple[str, str, dict[str, Any]]
     return "calibration.png"
 
 
+def _hotpath(hot: dict[str, Any]) -> list[str]:
+    med = hot["median_chunks_per_s"]
+    lines = ["## 7. Ingest against the best raw bulk load, and what the mapping costs", "",
+             f"SciFact with default chunking ({hot['mapping'][next(iter(hot['mapping']))]['chunks']} chunks), "
+             f"{hot['rounds']} rounds, loaders interleaved (ours, raw, naive, ours, ...):", "",
+             "| loader | chunks/s per round | median |", "|---|---|---|"]
+    for name, label in (("ours", "es-provider ingest"), ("raw", "best raw bulk, same documents and mapping"),
+                        ("naive", "naive helpers.bulk")):
+        lines.append(f"| {label} | {', '.join(map(str, hot['chunks_per_s'][name]))} | {med[name]} |")
+    ok = hot["ours_vs_raw"] >= hot["target_ours_vs_raw"]
+    lines += ["", f"- Ours / raw: {hot['ours_vs_raw']:.2f}× (target ≥ {hot['target_ours_vs_raw']}×): {_verdict(ok)}. "
+                  f"Ours / naive: {hot['ours_vs_naive']:.2f}×.", ""]
+    lines += [f"- {k}: {v}" for k, v in hot["settings"].items()] + [""]
+    lines += ["Mapping variants (es-provider ingest, same records; nDCG@10 on the SciFact test queries with the "
+              "service's own search bodies):", "",
+              "| mapping | chunks/s per round | index bytes per chunk | nDCG@10 |", "|---|---|---|---|"]
+    for label, row in hot["mapping"].items():
+        lines.append(f"| {label} | {', '.join(map(str, row['chunks_per_s']))} (median {row['median_chunks_per_s']}) "
+                     f"| {row['bytes_per_chunk']:,} | {row['ndcg_at_10']:.4f} |")
+    if hot.get("embedding"):
+        emb = hot["embedding"]
+        lines += ["", f"Embedding passages ({emb['passages']} SciFact chunks, model called directly, cache bypassed; "
+                      f"{emb['cores']} cores):", "", "| embedder | passages/s per round | median |", "|---|---|---|"]
+        for name, values in emb["passages_per_s"].items():
+            lines.append(f"| {name} | {', '.join(f'{v:.2f}' for v in values)} | "
+                         f"{emb['median_passages_per_s'][name]:.2f} |")
+    return [*lines, ""]
+
+
+def _workers(work: dict[str, Any]) -> list[str]:
+    lines = ["## 8. Processes per core, and what the shared replay store costs", "",
+             "| run | p50 / p99 (ms) | requests/s (per round) | service CPU per request (ms) | "
+             "service / direct requests/s |", "|---|---|---|---|---|"]
+    for label, row in work.items():
+        cpu = f"{row['service_cpu_ms_per_request']:.3f}" if "service_cpu_ms_per_request" in row else "–"
+        ratio = f"{row['rps_ratio']:.2f}" if "rps_ratio" in row else ""
+        lines.append(f"| {label} | {row['p50_ms']:.2f} / {row['p99_ms']:.2f} | {row['rps']:.0f} "
+                     f"({', '.join(map(str, row['rps_per_round']))}) | {cpu} | {ratio} |")
+    one, two = work.get("workers 1 c32"), work.get("workers 2 c32")
+    if one and two:
+        lines += ["", f"- Sizing: at {one['service_cpu_ms_per_request']:.2f} ms of service CPU per request one core "
+                      f"serves about {one['projected_rps_per_core']} requests/s (the engine's own CPU not counted); "
+                      f"give `--workers` one process per core the service may use. On this 2-core machine the engine "
+                      "and the load generator share the same cores, so a second worker adds no throughput here."]
+    engine1, memory1 = work.get("signed, engine store c1"), work.get("signed, memory store c1")
+    if engine1 and memory1:
+        lines.append(f"- Replay refusal across processes: one create-only engine write per signed callback; p50 "
+                     f"{memory1['p50_ms']:.2f} → {engine1['p50_ms']:.2f} ms at concurrency 1.")
+    return [*lines, ""]
+
+
+def _scale(scale: dict[str, Any]) -> list[str]:
+    lines = ["## 9. Latency against corpus size (tenant-filtered, concurrency 1)", "",
+             "| chunks | tenants | direct p50 / p99 (ms) | service p50 / p99 (ms) | index (MiB) | engine heap used "
+             "(MiB) | service RSS (MiB) |", "|---|---|---|---|---|---|---|"]
+    for row in scale["levels"]:
+        d, s = row["direct"], row["service"]
+        lines.append(f"| {row['chunks']:,} | {row['tenants']} | {d['p50_ms']:.2f} / {d['p99_ms']:.2f} | "
+                     f"{s['p50_ms']:.2f} / {s['p99_ms']:.2f} | {row['index_mib']} | {row['engine_heap_used_mib']} | "
+                     f"{row['service_rss_mib']} |")
+    ok = scale["service_p50_growth"] <= scale["target_service_p50_growth"]
+    lines += ["", f"- Service p50 at the largest size / at the smallest: {scale['service_p50_growth']:.2f}× "
+                  f"(target ≤ {scale['target_service_p50_growth']}×): {_verdict(ok)}."]
+    lines += [f"- {k}: {v}" for k, v in scale["settings"].items()]
+    return [*lines, ""]
+
+
 def render(results: Path, docs: Path) -> Path:
     quality, latency, ingest, acl = (_load(results, n) for n in ("quality", "latency", "ingest", "acl"))
     semantic = _load(results, "semantic")
@@ -294,6 +361,11 @@ def render(results: Path, docs: Path) -> Path:
         lines += _semantic(semantic)
     if relevance:
         lines += _relevance(relevance, docs / "img")
+    for name, section in (("hotpath", _hotpath), ("workers", _workers), ("scale", _scale)):
+        found = _load(results, name)
+        if found:
+            found.pop("machine", None)
+            lines += section(found)
     for image in images:
         lines += [f"![{image}](img/{image})", ""]
     out = docs / "benchmarks.md"

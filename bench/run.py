@@ -251,10 +251,17 @@ def acl_cost(base: str, url: str, queries: list[str], rounds: int, requests: int
     return out
 
 
+def config_for_hotpath(work: Path, url: str) -> Path:
+    from bench import hotpath
+
+    kbs = [hotpath.DEFAULT_KB] + [{**hotpath.DEFAULT_KB, **changes} for changes, _ in hotpath.MAPPINGS.values()]
+    return hotpath.config_with(work / "hotpath.toml", url, kbs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=scifact.DEFAULT_DATA, help="SciFact in the BEIR layout")
-    parser.add_argument("--sections", default="ingest,quality,latency,acl,semantic,relevance")
+    parser.add_argument("--sections", default="ingest,quality,latency,acl,semantic,relevance,hotpath,workers,scale")
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds per measurement")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
@@ -269,6 +276,7 @@ def main() -> None:
     config.write_text(config_text(url, [MAIN, ACL, ACL_OPEN], ["scifact"]) + f'"acl-user" = {json.dumps(ACL_GROUPS)}\n')
     records = work / "scifact.jsonl"
     scifact.write_records(args.data, records)
+    records_default = records  # the same records; sections 7-8 ingest them with default chunking
     queries, qrels = scifact.test_queries(args.data)
     results: dict[str, Any] = {"machine": info}
 
@@ -327,6 +335,23 @@ def main() -> None:
 
         results["relevance"] = relevance.run(work, url)
         write_result("relevance", {"machine": info, **results["relevance"]})
+
+    if sections & {"hotpath", "workers", "scale"}:
+        from bench import hotpath
+    if "hotpath" in sections:
+        print("7/9 ingest against the best raw bulk load; mapping variants", flush=True)
+        results["hotpath"] = hotpath.ingest_and_mapping(work, url, config_for_hotpath(work, url), records_default,
+                                                        queries, qrels, rounds=max(3, args.rounds + 1))
+        results["hotpath"]["embedding"] = hotpath.embedding_rates(records, rounds=2)
+        write_result("hotpath", {"machine": info, **results["hotpath"]})
+    if "workers" in sections:
+        print("8/9 workers 1 vs 2; replay store engine vs memory", flush=True)
+        results["workers"] = hotpath.workers_and_replays(work, url, MAIN, list(queries.values()), args.rounds)
+        write_result("workers", {"machine": info, **results["workers"]})
+    if "scale" in sections:
+        print("9/9 latency at 5k, 50k, 500k chunks", flush=True)
+        results["scale"] = hotpath.scale(work, url, records, list(queries.values()), args.rounds)
+        write_result("scale", {"machine": info, **results["scale"]})
 
     results["total_seconds"] = round(time.monotonic() - started)
     from bench.report import render

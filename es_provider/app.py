@@ -184,17 +184,8 @@ def create_app(
             await _close_all(models)
             raise
         shared_replays = SharedReplays(engine, settings.server.replay_index) if settings.shares_replays() else None
-        sweeping: asyncio.Task[None] | None = None
+        sweeping = None
         if shared_replays is not None:
-            try:
-                await shared_replays.prepare()
-            except KnowledgeError as exc:
-                await engine.close()
-                await _close_all(models)
-                raise StartupError(
-                    f"cannot create the replay index {settings.server.replay_index} that signed callbacks need "
-                    f"({exc.detail}); give the service's engine user create rights on it, or set "
-                    "[server] replay_store = \"memory\" for a single process") from None
             sweeping = asyncio.create_task(shared_replays.sweep(min(60.0, settings.server.signature_window_s)))
         app[ENGINE] = engine
         app[SERVICES] = Services(

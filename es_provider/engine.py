@@ -439,31 +439,36 @@ class Engine:
 
         return await self._call(None, run, retry=False)
 
-    async def create_once(self, index: str, doc_id: str, document: dict[str, Any], budget: Budget) -> bool:
+    async def create_once(self, index: str, doc_id: str, document: dict[str, Any], budget: Budget,
+                          index_body: dict[str, Any] | None = None) -> bool:
         """Writes `document` under `doc_id` unless that id exists: True when this call made it, False when it was
         there already. The engine decides (its version map, no refresh needed), so any number of processes agree.
-        Not retried once sent: a lost answer to a create that happened would read as "there already"."""
+        A missing index is created with `index_body` first. Not retried once sent: a lost answer to a create that
+        happened would read as "there already"."""
 
         async def run(left: float) -> bool:
             try:
                 await self._client.create(index=index, id=doc_id, body=document, request_timeout=left)
             except ConflictError:
                 return False
+            except NotFoundError:
+                if index_body is None:
+                    raise
+                await self._make_index(index, index_body, left)
+                try:
+                    await self._client.create(index=index, id=doc_id, body=document, request_timeout=left)
+                except ConflictError:
+                    return False
             return True
 
         return await self._call(budget, run, retry=False)
 
-    async def ensure_index(self, index: str, body: dict[str, Any]) -> None:
-        """Creates `index` unless it exists (several processes may race to make it: one wins, none fails)."""
-
-        async def run(left: float) -> None:
-            try:
-                await self._client.indices.create(index=index, body=body, request_timeout=left)
-            except RequestError as exc:
-                if exc.error != "resource_already_exists_exception":
-                    raise
-
-        await self._call(None, run, retry=False)
+    async def _make_index(self, index: str, body: dict[str, Any], left: float) -> None:
+        try:
+            await self._client.indices.create(index=index, body=body, request_timeout=left)
+        except RequestError as exc:
+            if exc.error != "resource_already_exists_exception":  # another process made it first
+                raise
 
     async def count(self, index: str, query: dict[str, Any] | None = None) -> int:
         async def run(left: float) -> int:

@@ -27,14 +27,16 @@ class SharedReplays:
     def __init__(self, engine: Engine, index: str) -> None:
         self._engine = engine
         self._index = index
-
-    async def prepare(self) -> None:
-        await self._engine.ensure_index(self._index, INDEX_BODY)
+        self._used = False  # the index exists (this process wrote to it): worth sweeping
 
     async def first_use(self, digest: str, expires_at: float, budget: Budget) -> bool:
         """True for the first use of this signature anywhere; False for a replay. An engine failure raises (the
-        request is refused: never accepted unchecked)."""
-        return await self._engine.create_once(self._index, digest, {"expires_at": int(expires_at * 1000)}, budget)
+        request is refused: never accepted unchecked). The index is made by the first signed callback that
+        finds it missing, so the service starts without the engine, as it does for searches."""
+        first = await self._engine.create_once(self._index, digest, {"expires_at": int(expires_at * 1000)}, budget,
+                                               index_body=INDEX_BODY)
+        self._used = True
+        return first
 
     async def forget_expired(self, now: float | None = None) -> int:
         now = time.time() if now is None else now
@@ -45,6 +47,8 @@ class SharedReplays:
         """Runs for the life of the app: forgets expired signatures every `every_s`."""
         while True:
             await asyncio.sleep(every_s)
+            if not self._used:
+                continue
             try:
                 await self.forget_expired()
             except KnowledgeError as exc:

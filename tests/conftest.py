@@ -1,6 +1,8 @@
-"""Shared fixtures. Integration tests run against a REAL OpenSearch and never skip: the session picks
-1. OPENSEARCH_URL, 2. a testcontainers OpenSearch when a Docker engine answers, 3. scripts/opensearch-local;
-if none gives a healthy node, every integration test fails."""
+"""Shared fixtures. Integration tests run against a REAL engine node and never skip. OpenSearch (the default): the
+session picks 1. OPENSEARCH_URL, 2. a testcontainers OpenSearch when a Docker engine answers, 3. scripts/opensearch-local.
+With ES_PROVIDER_ENGINE=elasticsearch (or elasticsearch9): 1. ELASTICSEARCH_URL, 2. scripts/elasticsearch-local
+(--version 8 or 9). If none gives a healthy node, every integration test fails. (The fixture keeps its name,
+`opensearch`: it is the engine node, whichever engine it is.)"""
 
 from __future__ import annotations
 
@@ -42,12 +44,35 @@ class OpenSearchNode:
         self.how = how
         self.version = version
         self.plugins = plugins
+        self.name = "OpenSearch"
+
+
+ENGINE = os.environ.get("ES_PROVIDER_ENGINE", "opensearch")
+ES_LOCAL = ROOT / "scripts" / "elasticsearch-local"
+ES_TEST_PORT = os.environ.get("ES_PROVIDER_TEST_ES_PORT", "9201")
+
+
+def _elasticsearch() -> tuple[str, str, Any]:
+    if os.environ.get("ELASTICSEARCH_URL"):
+        return os.environ["ELASTICSEARCH_URL"].rstrip("/"), "ELASTICSEARCH_URL", None
+    version = "9" if ENGINE == "elasticsearch9" else "8"
+    env = {**os.environ, "ELASTICSEARCH_PORT": ES_TEST_PORT}
+    already = subprocess.run([str(ES_LOCAL), "status"], env=env, capture_output=True).returncode == 0
+    started = subprocess.run([str(ES_LOCAL), "start", "--version", version], env=env, capture_output=True, text=True)
+    if started.returncode != 0:
+        pytest.fail(f"scripts/elasticsearch-local start failed:\n{started.stderr[-4000:]}", pytrace=False)
+    stop = None
+    if not already and not os.environ.get("ES_PROVIDER_KEEP_OPENSEARCH"):
+        stop = lambda: subprocess.run([str(ES_LOCAL), "stop"], env=env, capture_output=True)  # noqa: E731
+    return started.stdout.strip().splitlines()[-1], "scripts/elasticsearch-local", stop
 
 
 @pytest.fixture(scope="session")
 def opensearch(request: pytest.FixtureRequest) -> Iterator[OpenSearchNode]:
     stop: Any = None
-    if os.environ.get("OPENSEARCH_URL"):
+    if ENGINE.startswith("elasticsearch"):
+        url, how, stop = _elasticsearch()
+    elif os.environ.get("OPENSEARCH_URL"):
         url, how = os.environ["OPENSEARCH_URL"].rstrip("/"), "OPENSEARCH_URL"
     elif _docker_engine_answers():
         from testcontainers.opensearch import OpenSearchContainer
@@ -68,11 +93,12 @@ def opensearch(request: pytest.FixtureRequest) -> Iterator[OpenSearchNode]:
         info = _get(url)
         plugins = [line.split()[1] for line in urllib.request.urlopen(f"{url}/_cat/plugins").read().decode().splitlines()]
     except Exception as exc:  # a node we cannot talk to is a failure, never a skip
-        pytest.fail(f"OpenSearch at {url} ({how}) does not answer: {exc}", pytrace=False)
+        pytest.fail(f"the engine at {url} ({how}) does not answer: {exc}", pytrace=False)
     node = OpenSearchNode(url, how, info["version"]["number"], plugins)
+    node.name = "OpenSearch" if info["version"].get("distribution") == "opensearch" else "Elasticsearch"
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.write_line(f"OpenSearch {node.version} at {url} via {how}; plugins: {', '.join(plugins) or 'none'}")
+        reporter.write_line(f"{node.name} {node.version} at {url} via {how}; plugins: {', '.join(plugins) or 'none'}")
     request.config.stash[NODE_KEY] = node
     yield node
     if stop is not None:
@@ -85,7 +111,7 @@ NODE_KEY = pytest.StashKey[OpenSearchNode]()
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     node = config.stash.get(NODE_KEY, None)
     if node is not None:
-        terminalreporter.write_line(f"integration tests ran against OpenSearch {node.version} ({node.how}, {node.url})")
+        terminalreporter.write_line(f"integration tests ran against {node.name} {node.version} ({node.how}, {node.url})")
 
 
 @pytest.fixture

@@ -21,9 +21,18 @@ lint: install
 compose-check:
 	scripts/check-compose
 
-# Unit and integration tests; the suite starts a real OpenSearch itself (tests/conftest.py).
+# The integration modules that also run on Elasticsearch (8.17.0 and 9.5.3, scripts/elasticsearch-local): protocols,
+# the permission oracles, ingest and lifecycle, vector and hybrid, and the core-API writes.
+ES_SUITES := $(addprefix tests/integration/test_,walking_skeleton.py core_writes.py sparktide_answers.py \
+	sparktide_refusals.py agentarts.py dify.py three_protocols_oracle.py reliability_isolation.py \
+	ingest_lifecycle.py vector_retrieval.py vector_operations.py reliability_vector.py)
+
+# Unit and integration tests; each run starts its real engine node itself (tests/conftest.py): everything on
+# OpenSearch, then ES_SUITES on Elasticsearch 8 and on Elasticsearch 9.
 test: install lint compose-check
 	$(BIN)/pytest
+	ES_PROVIDER_ENGINE=elasticsearch $(BIN)/pytest -p no:cacheprovider $(ES_SUITES)
+	ES_PROVIDER_ENGINE=elasticsearch9 $(BIN)/pytest -p no:cacheprovider $(ES_SUITES)
 
 # The pure, table-driven tests alone: no engine, a few seconds.
 unit: install

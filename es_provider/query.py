@@ -73,7 +73,7 @@ def query_terms(text: str) -> int:
     return max(1, sum(1 for unit in units if unit not in _STOP_WORDS and (unit.isalnum() or _CJK.match(unit))))
 
 
-# The fields each language's analysis writes (admin.LANGUAGE_FIELDS builds the mapping from the same lists).
+# The fields each language's analysis writes (admin.for_languages builds the mapping from the same lists).
 LANGUAGE_FIELDS = {"en": ("title.en", "content.en", "context"), "zh": ("title.cjk", "content.cjk", "context.cjk")}
 
 

@@ -33,10 +33,15 @@ log = logging.getLogger("es_provider.workers")
 STOP_TIMEOUT_S = 70.0
 
 
+def usable_cores() -> int:
+    """The cores this process may use (its CPU affinity where the platform has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def count(value: str) -> int:
     """`--workers`: a positive number, or "auto" for one per core this process may use."""
     if value == "auto":
-        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        return usable_cores()
     workers = int(value)
     if workers < 1:
         raise ValueError("--workers must be at least 1")
@@ -47,7 +52,6 @@ def count(value: str) -> int:
 class Worker:
     process: SpawnProcess
     ready: Event
-    started: float
 
 
 def _run(options: dict[str, Any], ready: Event) -> None:
@@ -83,14 +87,12 @@ class Supervisor:
         self._workers: list[Worker] = []
         self._stopping = False
 
-    def _start_one(self) -> Worker:
+    def _start_one(self) -> None:
         ready = self._context.Event()
         process = self._context.Process(target=_run, args=(self._options, ready), name="es-provider-worker",
                                         daemon=False)
         process.start()
-        worker = Worker(process, ready, time.monotonic())
-        self._workers.append(worker)
-        return worker
+        self._workers.append(Worker(process, ready))
 
     def _stop(self, *_: object) -> None:
         self._stopping = True

@@ -33,6 +33,15 @@ def toml_value(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
+def kb_entry(alias: str, **changes: Any) -> dict[str, Any]:
+    """The project-documents knowledge base of a served config (tests/helpers/setup.py's secrets), with `changes`."""
+    entry = {"id": "project-documents", "name": "Project documents", "versions": ["1.0.0"], "alias": alias,
+             "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 5, "secret_ref": "TEST_CALLBACK_KEY",
+             "apps": ["app-1"]}
+    entry.update(changes)
+    return entry
+
+
 def write_config(path: Path, url: str, knowledge: list[dict[str, Any]], *, api_keys: list[dict[str, Any]] = (),
                  principals: dict[str, list[str]] | None = None, server: dict[str, Any] | None = None,
                  embedders: dict[str, dict[str, Any]] | None = None) -> Path:

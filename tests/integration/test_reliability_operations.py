@@ -19,18 +19,10 @@ from typing import Any
 
 import pytest
 from helpers import calls
-from helpers.served import Served, write_config
+from helpers.served import Served, kb_entry, write_config
 from helpers.setup import API_KEY, CALLBACK_SECRET, TEST_ENV
 
 SECRET_CONTENT = "PURPLE-ELEPHANT-CONTENT"  # a marker: document content must never reach a log line
-
-
-def kb_entry(alias: str, **changes: Any) -> dict[str, Any]:
-    entry = {"id": "project-documents", "name": "Project documents", "versions": ["1.0.0"], "alias": alias,
-             "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 5, "secret_ref": "TEST_CALLBACK_KEY",
-             "apps": ["app-1"]}
-    entry.update(changes)
-    return entry
 
 
 @pytest.fixture

@@ -23,19 +23,11 @@ from typing import Any
 
 import pytest
 from helpers import calls
-from helpers.served import Served, write_config
+from helpers.served import Served, kb_entry, write_config
 from helpers.setup import CALLBACK_SECRET, TEST_ENV
 
 SIGNED_SECRET = "signed-secret-0123456789"
 CLI = [sys.executable, "-m", "es_provider.cli"]
-
-
-def kb_entry(alias: str, **changes: Any) -> dict[str, Any]:
-    entry = {"id": "project-documents", "name": "Project documents", "versions": ["1.0.0"], "alias": alias,
-             "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 5, "secret_ref": "TEST_CALLBACK_KEY",
-             "apps": ["app-1"]}
-    entry.update(changes)
-    return entry
 
 
 def request(base: str, path: str, data: bytes | None = None,

@@ -274,6 +274,31 @@ def _scale(scale: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _engines(found: dict[str, Any]) -> list[str]:
+    engines = found["engines"]
+    target = found["target_ndcg_difference"]
+    lines = ["## 10. The same knowledge bases on OpenSearch and Elasticsearch", "",
+             "| engine | BM25 KB nDCG@10 / R@100 | hybrid KB nDCG@10: bm25 / vector / hybrid | largest nDCG@10 "
+             "difference to OpenSearch | added p50 c=1 (ms, rounds) | service/direct rps c=32 (rounds) | service CPU "
+             "per request c=32 (ms) |", "|---|---|---|---|---|---|---|"]
+    worst = 0.0
+    for row in engines.values():
+        q, modes = row["quality"], row["quality"]["modes"]
+        difference = max(abs(v) for v in row["ndcg_difference_to_opensearch"].values())
+        worst = max(worst, difference)
+        one, many = row["latency"]["levels"][0], row["latency"]["levels"][-1]
+        lines.append(
+            f"| {row['engine']} | {q['ndcg_at_10']:.4f} / {q['recall_at_100']:.4f} | "
+            + " / ".join(f"{modes[m]['ndcg_at_10']:.4f}" for m in ("bm25", "vector", "hybrid"))
+            + f" | {difference:.4f} | {one['added_p50_ms']:.2f} "
+            f"({', '.join(str(r['added_p50_ms']) for r in one['rounds'])}) | {many['rps_ratio']:.2f} "
+            f"({', '.join(str(r['rps_ratio']) for r in many['rounds'])}) | {many['service_cpu_ms_per_request']:.2f} |")
+    lines += ["", f"- Target: nDCG@10 equal within {target} for the same analyzers: largest difference "
+                  f"{worst:.4f}, {_verdict(worst <= target)}."]
+    lines += [f"- {k}: {v}" for k, v in found["settings"].items()]
+    return [*lines, ""]
+
+
 def render(results: Path, docs: Path) -> Path:
     quality, latency, ingest, acl = (_load(results, n) for n in ("quality", "latency", "ingest", "acl"))
     semantic = _load(results, "semantic")
@@ -364,7 +389,7 @@ def render(results: Path, docs: Path) -> Path:
         lines += _semantic(semantic)
     if relevance:
         lines += _relevance(relevance, docs / "img")
-    for name, section in (("hotpath", _hotpath), ("workers", _workers), ("scale", _scale)):
+    for name, section in (("hotpath", _hotpath), ("workers", _workers), ("scale", _scale), ("engines", _engines)):
         found = _load(results, name)
         if found:
             found.pop("machine", None)

@@ -16,6 +16,12 @@
             vector and hybrid on SciFact and a Chinese set; calibrated scores fitted on SciFact train and measured
             on test (bench/relevance.py).
 
+7. hotpath  ingest against the best raw bulk load on the same mapping; mapping variants; embedding rates.
+8. workers  serve --workers 1 vs 2; the replay store in the engine vs in memory.
+9. scale    latency through the service and direct at 5k, 50k and 500k chunks (bench/hotpath.py).
+10. engines the BM25 and hybrid knowledge bases on OpenSearch, Elasticsearch 8 and Elasticsearch 9: quality and
+            added latency per engine, side by side (bench/engines.py).
+
 Sections 1-4 index one chunk per SciFact abstract (as BEIR indexes whole documents, and as the naive loader of
 section 1 writes them); sections 5 and 6 use the default ingest settings.
 """
@@ -261,7 +267,7 @@ def config_for_hotpath(work: Path, url: str) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=scifact.DEFAULT_DATA, help="SciFact in the BEIR layout")
-    parser.add_argument("--sections", default="ingest,quality,latency,acl,semantic,relevance,hotpath,workers,scale")
+    parser.add_argument("--sections", default="ingest,quality,latency,acl,semantic,relevance,hotpath,workers,scale,engines")
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds per measurement")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
@@ -352,6 +358,13 @@ def main() -> None:
         print("9/9 latency at 5k, 50k, 500k chunks", flush=True)
         results["scale"] = hotpath.scale(work, url, records, list(queries.values()), args.rounds)
         write_result("scale", {"machine": info, **results["scale"]})
+
+    if "engines" in sections:
+        print("10/10 OpenSearch, Elasticsearch 8 and 9 side by side", flush=True)
+        from bench import engines
+
+        results["engines"] = engines.run(work, url, MAIN, records, queries, qrels, args.rounds, CHUNK_SIZE)
+        write_result("engines", {"machine": info, **results["engines"]})
 
     results["total_seconds"] = round(time.monotonic() - started)
     from bench.report import render

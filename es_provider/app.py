@@ -18,7 +18,7 @@ from es_provider.acl import Filter
 from es_provider.admission import Admission
 from es_provider.auth import ReplayCache, load_credentials
 from es_provider.config import Settings
-from es_provider.engine import Engine
+from es_provider.engine import Engine, UnsupportedEngineError
 from es_provider.errors import ClientDisconnected, ErrorCode, KnowledgeError, StartupError
 from es_provider.idempotency import IdempotencyCache
 from es_provider.metrics import Metrics
@@ -136,6 +136,25 @@ async def _close_all(models: Mapping[str, embedders.Cached]) -> None:
         await model.close()
 
 
+async def meet_engine(engine: Engine, settings: Settings) -> None:
+    """Learns which engine answers (its `GET /`) and logs it. An engine this service cannot serve from stops the
+    start, and so do vector knowledge bases on nodes without kNN. When nothing answers yet and no knowledge base needs
+    kNN, the service starts anyway (/readyz says not ready) and learns the engine at its first call."""
+    try:
+        flavor = await engine.flavor()
+    except UnsupportedEngineError as exc:
+        raise StartupError(f"the engine at [opensearch] url cannot be served from: {exc.detail}") from None
+    except KnowledgeError as exc:
+        if not settings.needs_knn():
+            log.warning("engine not reachable at start (%s); it is detected at the first call", exc.detail)
+            return
+        await require_knn(engine, settings)  # waits for the engine up to its timeout, then refuses
+        flavor = await engine.flavor()
+    log.info("engine: %s", flavor)
+    if settings.needs_knn():
+        await require_knn(engine, settings)
+
+
 async def require_knn(engine: Engine, settings: Settings) -> None:
     """Vector and hybrid knowledge bases need the k-NN plugin on every node: without it the service does not
     start (it never answers them with BM25 instead). Waits up to `opensearch.timeout_s` for OpenSearch to answer."""
@@ -145,10 +164,12 @@ async def require_knn(engine: Engine, settings: Settings) -> None:
         try:
             available = await engine.knn_available()
             break
+        except UnsupportedEngineError as exc:
+            raise StartupError(f"the engine at [opensearch] url cannot be served from: {exc.detail}") from None
         except KnowledgeError as exc:
             if time.monotonic() >= deadline:
                 raise StartupError(
-                    f"cannot check OpenSearch for the k-NN plugin that knowledge bases {names} need: {exc.detail}"
+                    f"cannot check the engine for the k-NN plugin that knowledge bases {names} need: {exc.detail}"
                 ) from None
             await asyncio.sleep(1.0)
     if not available:
@@ -177,8 +198,7 @@ def create_app(
     async def engine_context(app: web.Application) -> AsyncIterator[None]:
         engine = Engine(settings.opensearch.url, timeout_s=settings.opensearch.timeout_s, observe=metrics.engine_call)
         try:
-            if settings.needs_knn():
-                await require_knn(engine, settings)
+            await meet_engine(engine, settings)
         except BaseException:
             await engine.close()
             await _close_all(models)

@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     except admin.AdminError as exc:
         return _fail(str(exc))
     except KnowledgeError as exc:
-        return _fail(f"OpenSearch: {exc.code.value} ({exc.detail or exc.safe_message})")
+        return _fail(f"engine: {exc.code.value} ({exc.detail or exc.safe_message})")
     except Exception as exc:  # a bug of ours: still one line (the details are in the exception's text)
         return _fail(f"failed: {type(exc).__name__}: {exc}")
 

@@ -161,6 +161,10 @@ class SearchDoor:
             pool.close()
 
 
+class UnsupportedEngineError(KnowledgeError):
+    """The node answered, but is an engine this service cannot serve from (e.g. Elasticsearch 7)."""
+
+
 class Engine:
     def __init__(
         self, url: str, *, timeout_s: float = 30.0, observe: Callable[[str, float, bool], None] | None = None,
@@ -189,7 +193,7 @@ class Engine:
             try:
                 self._flavor = dialect.detect(root)
             except dialect.UnsupportedEngine as exc:
-                raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=str(exc)) from None
+                raise UnsupportedEngineError(ErrorCode.UNAVAILABLE, detail=str(exc)) from None
             log.debug("engine: %s", self._flavor)
         return self._flavor
 

@@ -274,7 +274,7 @@ async def test_engine_failure_during_a_scan_is_one_line(engine, opensearch, tmp_
         done = await asyncio.to_thread(cli, type("Node", (), {"url": proxy.url})(), "kb", "reindex", "--config",
                                        str(config), "--kb", kb.id)
         assert done.returncode != 0
-        assert done.stderr.count("\n") == 1 and done.stderr.startswith("es-provider: OpenSearch: KNOWLEDGE_"), done.stderr
+        assert done.stderr.count("\n") == 1 and done.stderr.startswith("es-provider: engine: KNOWLEDGE_"), done.stderr
         assert "Traceback" not in done.stderr + done.stdout
         assert await engine.alias_targets(kb.alias) == [f"{kb.alias}-v1"]  # the old index keeps serving
     finally:

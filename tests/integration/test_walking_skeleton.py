@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 from helpers import oracle
 from helpers.calls import body, headers
@@ -48,3 +49,11 @@ async def test_two_identities_see_different_permitted_sets(engine: Engine, kb, c
     pages = {i["source"].get("page") for i in answers["u-alice"]["items"] if i["documentId"] == "install-spec"}
     assert pages and pages <= {1, 2, 3}, "PDF-like pages are carried to source.page"
     assert "no-acl-draft" not in {i["documentId"] for a in answers.values() for i in a["items"]}
+
+
+async def test_the_service_names_the_engine_it_found_at_start(opensearch, kb, client_for, caplog) -> None:
+    # The same `[opensearch] url` takes either engine: the service learns which from the node's GET / and says so.
+    caplog.set_level(logging.INFO, logger="es_provider.app")
+    client = await client_for(kb)
+    assert (await client.get("/healthz")).status == 200
+    assert f"engine: {opensearch.name} {opensearch.version}" in caplog.messages

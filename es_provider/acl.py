@@ -54,6 +54,9 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
+keyword_values = _strings  # for explanations that name what the predicates compared
+
+
 # --- TENANT: the chunk's tenant is the caller's, or the chunk is application-shared (no tenant). ---
 
 def _tenant_clause(identity: Identity) -> Clause:
@@ -135,3 +138,9 @@ def permission_clauses(identity: Identity, filters: Iterable[Filter]) -> list[tu
 def visible(source: Mapping[str, Any], identity: Identity, filters: Iterable[Filter]) -> bool:
     """The same rules as `permission_clauses`, evaluated in Python on one hit's `_source`."""
     return all(_RULES[f][1](source, identity) for f in ordered(filters))
+
+
+def refusing(source: Mapping[str, Any], identity: Identity, filters: Iterable[Filter]) -> tuple[Filter, ...]:
+    """The filters whose rule keeps this `_source` from `identity` (empty: `visible`) — the same predicates, so
+    an explanation (explain.py) can never disagree with the re-check."""
+    return tuple(f for f in ordered(filters) if not _RULES[f][1](source, identity))

@@ -13,7 +13,7 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from es_provider import embedders, openapi
+from es_provider import auth, embedders, openapi, workbench
 from es_provider.acl import Filter
 from es_provider.admission import Admission
 from es_provider.auth import ReplayCache, load_credentials
@@ -186,9 +186,19 @@ def create_app(
     credentials = load_credentials(settings, os.environ if environ is None else environ)
     metrics = Metrics()
     log_exposure(settings)
+    workbench_key = None
+    if settings.workbench.enabled and settings.workbench.key_ref is not None:
+        workbench_key = auth.read_secret(settings.workbench.key_ref, os.environ if environ is None else environ)
+        if workbench_key in credentials.callback_secrets.values() or any(
+                workbench_key == k for k, _ in credentials.api_keys):
+            raise StartupError("the workbench key must be its own credential, not a platform's secret or API key")
+        protocols = (*protocols, workbench.PROTOCOL)
+        log.warning("workbench enabled at /workbench (its own key; every login and explain is logged)")
     # A refused body (413, 408) is drained for at most a second before the connection closes (aiohttp's default
     # of 10 s would keep a stalled sender's connection open twice as long as body_timeout_s allows).
     app = web.Application(middlewares=[error_middleware(protocols, metrics)], handler_args={"lingering_time": 1.0})
+    if workbench_key is not None:
+        app[workbench.WORKBENCH_KEY] = workbench_key
     app[METRICS] = metrics
     app[OPENAPI] = orjson.dumps(openapi.document(protocols))
 

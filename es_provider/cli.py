@@ -90,6 +90,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         app = create_app(settings)
     except KnowledgeError as exc:  # e.g. an embedder that cannot load
         return _fail(f"not started: {exc.detail or exc.safe_message}")
+    except StartupError as exc:
+        return _fail(f"not started: {exc}")
     loop = None
     if loop_name == "uvloop":
         import uvloop

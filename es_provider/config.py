@@ -197,9 +197,25 @@ class ApiKey(StrictModel):
     knowledge: list[str] = Field(default_factory=list)
 
 
+class WorkbenchSettings(StrictModel):
+    """The operators' page (GET /workbench, docs/workbench.md): off unless enabled, and opened only by its own
+    admin credential — never a platform's callback secret or API key."""
+
+    enabled: bool = False
+    key_ref: EnvName | None = None
+    session_s: float = Field(default=8 * 3600.0, gt=0, le=7 * 86400.0)  # how long one login lasts
+
+    @model_validator(mode="after")
+    def _needs_key(self) -> WorkbenchSettings:
+        if self.enabled and self.key_ref is None:
+            raise ValueError("an enabled workbench needs key_ref (its own admin credential)")
+        return self
+
+
 class Settings(StrictModel):
     opensearch: OpenSearchSettings = OpenSearchSettings()
     server: ServerSettings = ServerSettings()
+    workbench: WorkbenchSettings = WorkbenchSettings()
     scoring: ScoringSettings = ScoringSettings()
     embedders: dict[Ident, EmbedderSettings] = Field(default_factory=dict)
     knowledge: list[KnowledgeBase] = Field(default_factory=list)
@@ -219,6 +235,9 @@ class Settings(StrictModel):
             for kb_id in key.knowledge:
                 if kb_id not in known:
                     raise ValueError(f"api_keys[{i}].knowledge names unknown knowledge base {kb_id!r}")
+        platform_refs = {kb.secret_ref for kb in self.knowledge} | {key.key_ref for key in self.api_keys}
+        if self.workbench.key_ref is not None and self.workbench.key_ref in platform_refs:
+            raise ValueError("workbench.key_ref must be its own credential, not a platform's secret or API key")
         return self
 
     def knowledge_base(self, kb_id: str) -> KnowledgeBase | None:

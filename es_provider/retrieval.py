@@ -157,6 +157,10 @@ class Retriever:
         self._mapped: dict[str, tuple[float, set[str]]] = {}
         self._metadata: dict[str, tuple[float, dict[str, str]]] = {}
 
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
     async def _mapped_fields(self, index: str, budget: Budget) -> set[str]:
         now = time.monotonic()
         cached = self._mapped.get(index)

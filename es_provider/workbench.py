@@ -1,0 +1,343 @@
+"""The retrieval workbench (docs/workbench.md): operators ask as any identity, see what each platform would get, and
+ask why a chunk is not there.
+
+Routes exist only with `[workbench] enabled = true`; each of them needs the workbench's own key — as the login
+session cookie the page gets (HMAC of its expiry under the key, so every worker accepts it) or as `Authorization:
+Bearer <key>` for scripts — otherwise 401 and no content. The page and its script are static: no secret, no data.
+Answers are built by the protocols' own renderers from the retrieval flow's own result, and "why not?" by
+explain.py from acl.py's predicates. Every login, search and explain is logged (who, as whom), never the query or
+content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from aiohttp import web
+from pydantic import Field
+
+from es_provider import auth, explain, metadata
+from es_provider.acl import Identity, ordered
+from es_provider.config import KnowledgeBase, RetrievalMode, Settings
+from es_provider.deadline import Budget, fixed_budget
+from es_provider.domain import SearchRequest, SearchResult
+from es_provider.errors import KnowledgeError, forbidden, protocol_error, unauthenticated
+from es_provider.protocols import agentarts, dify, kit, sparktide
+from es_provider.query import SOURCE_FIELDS, build_search
+from es_provider.retrieval import resolve_mode
+from es_provider.service import SERVICES, Services
+from es_provider.strictjson import StrictModel
+
+log = logging.getLogger("es_provider.workbench")
+
+STATIC = Path(__file__).parent / "static"
+COOKIE = "es_provider_workbench"
+WORKBENCH_KEY = web.AppKey("workbench_key", bytes)
+PROTOCOLS = ("sparktide", "agentarts", "dify")
+ProtocolName = Literal["sparktide", "agentarts", "dify"]
+EXPLAIN_DEPTH = 200  # candidates ranked for "why not?": deeper than any protocol's topK
+MAX_DOCUMENT_CHUNKS = 500
+HEADERS = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; "
+                               "form-action 'self'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",  # "no-referrer" would make the login form's Origin "null"
+}
+
+
+# --- who may use it ---
+
+def session_token(key: bytes, expires: int) -> str:
+    return f"{expires}.{hmac.new(key, f'workbench-session:{expires}'.encode(), hashlib.sha256).hexdigest()}"
+
+
+def session_valid(key: bytes, token: str | None, now: float) -> bool:
+    """Pure: a cookie value this key issued and that has not expired (constant-time comparison)."""
+    if not token or "." not in token or len(token) > 128:
+        return False
+    expires, _ = token.split(".", 1)
+    if not expires.isdigit() or int(expires) < now:
+        return False
+    return hmac.compare_digest(token.encode(), session_token(key, int(expires)).encode())
+
+
+def authorised(request: web.Request) -> bool:
+    key = request.app[WORKBENCH_KEY]
+    if session_valid(key, request.cookies.get(COOKIE), time.time()):
+        return True
+    token = auth.bearer_token(request.headers.get("Authorization"))
+    return token is not None and hmac.compare_digest(token, key)
+
+
+def same_origin(request: web.Request) -> bool:
+    """A browser's cross-site request is refused (the cookie is SameSite=Strict too); scripts send no Origin."""
+    origin = request.headers.get("Origin")
+    if origin is not None and origin != f"{request.scheme}://{request.host}":
+        return False
+    return request.headers.get("Sec-Fetch-Site", "same-origin") in ("same-origin", "none")
+
+
+def error_response(error: KnowledgeError) -> web.Response:
+    """The workbench's one error body (app.py's error middleware renders every refusal under /workbench)."""
+    return web.json_response({"error": {"code": error.code.value, "message": error.safe_message}},
+                             status=error.status, headers=HEADERS)
+
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def guarded(handler: Handler, *, page: bool = False) -> Handler:
+    async def run(request: web.Request) -> web.Response:
+        if request.method == "POST" and not same_origin(request):
+            raise forbidden("workbench: cross-origin request")
+        if not authorised(request):
+            if page:  # the login form, and nothing else
+                log.info("workbench: page asked for without the workbench key", extra={"remote": request.remote})
+                return _static("login.html", status=401)
+            raise unauthenticated("workbench: no valid session cookie or workbench key")
+        return await handler(request)
+
+    return run
+
+
+def _static(name: str, status: int = 200) -> web.Response:
+    content_type = "text/javascript" if name.endswith(".js") else "text/html"
+    return web.Response(body=(STATIC / name).read_bytes(), status=status, content_type=content_type,
+                        charset="utf-8", headers=HEADERS)
+
+
+async def page(request: web.Request) -> web.Response:
+    log.info("workbench: page opened", extra={"remote": request.remote})
+    return _static("workbench.html")
+
+
+async def script(request: web.Request) -> web.Response:
+    return _static("workbench.js")
+
+
+async def login(request: web.Request) -> web.Response:
+    if not same_origin(request):
+        raise forbidden("workbench: cross-origin login")
+    form = await request.post()
+    given = form.get("key")
+    key = request.app[WORKBENCH_KEY]
+    if not isinstance(given, str) or not hmac.compare_digest(given.encode(), key):
+        log.warning("workbench: login refused", extra={"remote": request.remote})
+        return _static("login.html", status=401)
+    settings = request.app[SERVICES].settings
+    log.info("workbench: login", extra={"remote": request.remote})
+    response = _see_page()
+    response.set_cookie(COOKIE, session_token(key, int(time.time() + settings.workbench.session_s)),
+                        max_age=int(settings.workbench.session_s), path="/workbench", httponly=True,
+                        samesite="Strict", secure=request.secure)
+    return response
+
+
+def _see_page() -> web.Response:
+    return web.Response(status=303, headers={**HEADERS, "Location": "/workbench"})
+
+
+async def logout(request: web.Request) -> web.Response:
+    response = _see_page()
+    response.del_cookie(COOKIE, path="/workbench")
+    return response
+
+
+# --- what it shows ---
+
+class Ask(StrictModel):
+    knowledge_id: str = Field(min_length=1, max_length=128)
+    tenant: str | None = Field(default=None, max_length=128)
+    subject: str | None = Field(default=None, max_length=128)
+    mode: RetrievalMode | None = None
+    top_k: int = Field(default=10, ge=1, le=100)
+    threshold: float = Field(default=0.0, ge=0.0, le=1.0)
+    query: str = Field(min_length=1, max_length=4096)
+    metadata_condition: dict[str, Any] | None = None  # Dify's form: {"logical_operator", "conditions"}
+
+
+class Why(Ask):
+    protocol: ProtocolName = "sparktide"
+    document_id: str | None = Field(default=None, min_length=1, max_length=512)
+    chunk_id: str | None = Field(default=None, min_length=1, max_length=512)
+
+
+def identity_of(settings: Settings, ask: Ask) -> Identity:
+    """The impersonated identity: groups come from the principal store, as for every protocol."""
+    subject = ask.subject or None
+    return Identity.of("workbench", ask.tenant or None, subject, auth.groups_of(settings, subject))
+
+
+def protocol_request(name: ProtocolName, kb: KnowledgeBase, identity: Identity, ask: Ask) -> SearchRequest:
+    """Pure: the SearchRequest each protocol's handler builds for this question (sparktide.callback,
+    agentarts.search, dify.search): its filters, its topK limit, and the options it has."""
+    conditions = None
+    if ask.metadata_condition:
+        try:
+            conditions = metadata.parse(ask.metadata_condition.get("logical_operator"),
+                                        ask.metadata_condition.get("conditions"))
+        except metadata.ConditionError as exc:
+            raise protocol_error(str(exc)) from None
+    if name == "sparktide":  # the registration's filters, topK capped by the definition; no mode, threshold
+        return SearchRequest((kb,), ask.query, identity, ordered(kb.mandatory_filters), min(ask.top_k, kb.top_k))
+    filters = kb.key_filters(end_user=identity.subject_id is not None)
+    if name == "agentarts":
+        return SearchRequest((kb,), ask.query, identity, filters, ask.top_k, score_threshold=ask.threshold,
+                             mode=ask.mode)
+    return SearchRequest((kb,), ask.query, identity, filters, min(ask.top_k, dify.MAX_TOP_K),
+                         score_threshold=ask.threshold, metadata=conditions)
+
+
+def rendered(name: ProtocolName, kb: KnowledgeBase, request: SearchRequest, result: SearchResult) -> Any:
+    """The body the protocol would answer (its own renderer)."""
+    if name == "sparktide":
+        body, _ = sparktide.render_answer(result, legacy=kb.protocol == "legacy", top_k=request.top_k)
+        return orjson.loads(body)
+    if name == "agentarts":
+        return {"total": len(result.chunks),
+                "search_result_list": [agentarts.render_chunk(c) for c in result.chunks]}
+    return {"records": [dify.render_record(c) for c in result.chunks]}
+
+
+def _budget(services: Services) -> Budget:
+    return fixed_budget(services.settings.server.default_budget_ms, now_monotonic=time.monotonic())
+
+
+async def _read(request: web.Request, model: type[kit.Model]) -> kit.Model:
+    services = request.app[SERVICES]
+    return kit.validate(model, await kit.read_json(request, services))
+
+
+def _kb(services: Services, kb_id: str) -> KnowledgeBase:
+    kb = services.settings.knowledge_base(kb_id)
+    if kb is None:
+        raise protocol_error("unknown knowledge base", status=404)
+    return kb
+
+
+async def setup(request: web.Request) -> web.Response:
+    settings = request.app[SERVICES].settings
+    return web.json_response({
+        "knowledge": [{"id": kb.id, "name": kb.name, "retrieval": kb.retrieval, "top_k": kb.top_k,
+                       "mandatory_filters": [f.value for f in kb.mandatory_filters],
+                       "modes": ["bm25"] if kb.embedder is None else ["bm25", "vector", "hybrid"]}
+                      for kb in settings.knowledge],
+        "subjects": sorted(settings.principals),
+    }, headers=HEADERS)
+
+
+async def search(request: web.Request) -> web.Response:
+    services = request.app[SERVICES]
+    ask = await _read(request, Ask)
+    kb = _kb(services, ask.knowledge_id)
+    identity = identity_of(services.settings, ask)
+    log.info("workbench: search", extra={"knowledge_id": kb.id, "as_tenant": ask.tenant, "as_subject": ask.subject,
+                                         "remote": request.remote})
+    answers: dict[str, Any] = {}
+    async with services.admission.slot("workbench"):
+        for name in PROTOCOLS:
+            wanted = protocol_request(name, kb, identity, ask)  # type: ignore[arg-type]
+            started = time.monotonic()
+            try:
+                result = await services.retriever.search(wanted, _budget(services))
+            except KnowledgeError as exc:
+                answers[name] = {"refused": exc.code.value, "message": exc.safe_message}
+                continue
+            answers[name] = {
+                "body": rendered(name, kb, wanted, result),  # type: ignore[arg-type]
+                "appliedFilters": [f.value for f in result.applied_filters],
+                "mode": resolve_mode(wanted)[0],
+                "top_k": wanted.top_k,
+                "threshold": wanted.score_threshold,
+                "took_ms": round((time.monotonic() - started) * 1000, 1),
+            }
+    return web.json_response({"identity": _identity_json(identity), "answers": answers}, headers=HEADERS)
+
+
+def _identity_json(identity: Identity) -> dict[str, Any]:
+    return {"tenants": sorted(identity.tenants), "subject": identity.subject_id, "groups": sorted(identity.groups)}
+
+
+async def why(request: web.Request) -> web.Response:
+    services = request.app[SERVICES]
+    ask = await _read(request, Why)
+    if (ask.document_id is None) == (ask.chunk_id is None):
+        raise protocol_error("give exactly one of document_id and chunk_id")
+    kb = _kb(services, ask.knowledge_id)
+    identity = identity_of(services.settings, ask)
+    log.info("workbench: explain", extra={"knowledge_id": kb.id, "as_tenant": ask.tenant,
+                                          "as_subject": ask.subject, "protocol": ask.protocol,
+                                          "remote": request.remote})
+    wanted = protocol_request(ask.protocol, kb, identity, ask)
+    engine = services.retriever.engine
+    async with services.admission.slot("workbench"):
+        budget = _budget(services)
+        which = {"term": {"document_id": ask.document_id}} if ask.document_id else {"ids": {"values": [ask.chunk_id]}}
+        found = await engine.search(kb.alias, {"size": MAX_DOCUMENT_CHUNKS, "_source": SOURCE_FIELDS,
+                                               "query": {"bool": {"filter": [which]}}}, budget)
+        chunks = found.get("hits", {}).get("hits", [])
+        ids = [str(hit.get("_id")) for hit in chunks]
+        deep = SearchRequest(wanted.knowledge, wanted.query, identity, wanted.filters, EXPLAIN_DEPTH,
+                             metadata=wanted.metadata, mode=wanted.mode)
+        result = await services.retriever.search(deep, budget) if chunks else None
+        metadata_matched = query_matched = None
+        if chunks and wanted.metadata is not None:
+            types = await engine.metadata_types(kb.alias, budget)
+            clause = metadata.translate(wanted.metadata, types)
+            metadata_matched = await _matching(services, kb, ids, clause, budget)
+        if chunks and resolve_mode(wanted)[0] != "vector":
+            # The BM25 text part of the body the flow runs, restricted to these chunks: does it match at all?
+            text = build_search(deep, timeout_ms=int(budget.remaining(time.monotonic()) * 1000)).body["query"]
+            query_matched = await _matching(services, kb, ids, text["bool"]["must"][0], budget)
+    if result is None:
+        return web.json_response({"identity": _identity_json(identity), "found": 0, "reasons": [],
+                                  "message": "no chunk with this id in the knowledge base"}, headers=HEADERS)
+    ranked = [(c.chunk_id, c.document_id, c.score) for c in (*result.chunks, *result.surplus)]
+    reasons = explain.explain(
+        chunks, identity, result.applied_filters,
+        explain.Ranking(ranked, top_k=wanted.top_k, threshold=wanted.score_threshold),
+        metadata_matched=metadata_matched, query_matched=query_matched,
+        one_per_document=kb.one_chunk_per_document)
+    return web.json_response({
+        "identity": _identity_json(identity), "protocol": ask.protocol, "found": len(chunks),
+        "appliedFilters": [f.value for f in result.applied_filters],
+        "reasons": [r.as_json() for r in reasons],
+    }, headers=HEADERS)
+
+
+async def _matching(services: Services, kb: KnowledgeBase, ids: list[str], clause: dict[str, Any],
+                    budget: Budget) -> set[str]:
+    body = {"size": len(ids), "_source": False,
+            "query": {"bool": {"filter": [{"ids": {"values": ids}}], "must": [clause]}}}
+    found = await services.retriever.engine.search(kb.alias, body, budget)
+    return {str(hit.get("_id")) for hit in found.get("hits", {}).get("hits", [])}
+
+
+def _route(method: str, path: str, handler: Handler, summary: str) -> kit.Route:
+    return kit.Route(method, path, handler, summary=summary, in_openapi=False)
+
+
+# Added by create_app only when `[workbench] enabled = true` (with app[WORKBENCH_KEY] set).
+PROTOCOL = kit.Protocol(
+    name="workbench",
+    prefixes=("/workbench",),
+    render_error=error_response,
+    error_schema={"type": "object", "required": ["error"]},
+    routes=(
+        _route("GET", "/workbench", guarded(page, page=True), "the workbench page (login form without a session)"),
+        _route("POST", "/workbench/login", login, "log in with the workbench key (form field key)"),
+        _route("POST", "/workbench/logout", logout, "end the session"),
+        _route("GET", "/workbench/workbench.js", guarded(script), "the page's script"),
+        _route("GET", "/workbench/api/setup", guarded(setup), "knowledge bases and known subjects"),
+        _route("POST", "/workbench/api/search", guarded(search), "each protocol's answer for one identity"),
+        _route("POST", "/workbench/api/explain", guarded(why), "why each chunk of a document is (not) answered"),
+    ),
+)

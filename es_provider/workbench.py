@@ -40,8 +40,8 @@ log = logging.getLogger("es_provider.workbench")
 STATIC = Path(__file__).parent / "static"
 COOKIE = "es_provider_workbench"
 WORKBENCH_KEY = web.AppKey("workbench_key", bytes)
-PROTOCOLS = ("sparktide", "agentarts", "dify")
 ProtocolName = Literal["sparktide", "agentarts", "dify"]
+PROTOCOLS: tuple[ProtocolName, ...] = ("sparktide", "agentarts", "dify")
 EXPLAIN_DEPTH = 200  # candidates ranked for "why not?": deeper than any protocol's topK
 MAX_DOCUMENT_CHUNKS = 500
 HEADERS = {
@@ -244,7 +244,7 @@ async def search(request: web.Request) -> web.Response:
     answers: dict[str, Any] = {}
     async with services.admission.slot("workbench"):
         for name in PROTOCOLS:
-            wanted = protocol_request(name, kb, identity, ask)  # type: ignore[arg-type]
+            wanted = protocol_request(name, kb, identity, ask)
             started = time.monotonic()
             try:
                 result = await services.retriever.search(wanted, _budget(services))
@@ -252,7 +252,7 @@ async def search(request: web.Request) -> web.Response:
                 answers[name] = {"refused": exc.code.value, "message": exc.safe_message}
                 continue
             answers[name] = {
-                "body": rendered(name, kb, wanted, result),  # type: ignore[arg-type]
+                "body": rendered(name, kb, wanted, result),
                 "appliedFilters": [f.value for f in result.applied_filters],
                 "mode": resolve_mode(wanted)[0],
                 "top_k": wanted.top_k,

@@ -29,6 +29,7 @@ from es_provider.retrieval import Retriever
 from es_provider.service import SERVICES, Services
 
 log = logging.getLogger("es_provider.app")
+MIN_WORKBENCH_KEY = 16
 # nginx's code for "the client closed the request": counted as its own outcome, never as a 503.
 CLIENT_CLOSED = 499
 ENGINE = web.AppKey("engine", Engine)
@@ -192,6 +193,9 @@ def create_app(
         if workbench_key in credentials.callback_secrets.values() or any(
                 workbench_key == k for k, _ in credentials.api_keys):
             raise StartupError("the workbench key must be its own credential, not a platform's secret or API key")
+        if len(workbench_key) < MIN_WORKBENCH_KEY:
+            raise StartupError(f"the workbench key ({settings.workbench.key_ref}) must be at least "
+                               f"{MIN_WORKBENCH_KEY} characters")
         protocols = (*protocols, workbench.PROTOCOL)
         log.warning("workbench enabled at /workbench (its own key; every login and explain is logged)")
     # A refused body (413, 408) is drained for at most a second before the connection closes (aiohttp's default

@@ -204,6 +204,9 @@ class WorkbenchSettings(StrictModel):
     enabled: bool = False
     key_ref: EnvName | None = None
     session_s: float = Field(default=8 * 3600.0, gt=0, le=7 * 86400.0)  # how long one login lasts
+    # The origin browsers use (e.g. "https://kb.example.com") when a proxy terminates TLS in front of the service:
+    # requests must come from it, and the session cookie is then Secure. Unset: the request's own scheme and host.
+    origin: Annotated[str, Field(pattern=r"^https?://[^/\s]+$")] | None = None
 
     @model_validator(mode="after")
     def _needs_key(self) -> WorkbenchSettings:

@@ -95,18 +95,18 @@ def explain(
             reasons.append(Reason(chunk_id, "metadata", "the request's metadata condition excludes it"))
             continue
         if chunk_id not in position:
-            document_id = source.get("document_id")
+            document_id = source.get("document_id") if isinstance(source.get("document_id"), str) else None
             if query_matched is not None and chunk_id not in query_matched:
                 reasons.append(Reason(chunk_id, "no_match", "the query's text matches nothing in it"))
-            elif one_per_document and document_id in documents_ranked:
+            elif one_per_document and document_id is not None and document_id in documents_ranked:
                 other = documents_ranked[document_id]
                 reasons.append(Reason(chunk_id, "one_per_document",
                                       f"chunk {other} of the same document stands for it (one chunk per document)",
                                       rank=rank_of.get(other)))
             else:
                 depth = len(ranking.candidates)
-                reasons.append(Reason(chunk_id, "top_k", f"below the topK cut: not among the first {depth} "
-                                      f"candidates the engine returned (topK {ranking.top_k})"))
+                reasons.append(Reason(chunk_id, "top_k", f"below the topK cut: not among the {depth} candidates "
+                                      f"the search returns for topK {ranking.top_k}"))
             continue
         score = ranking.candidates[position[chunk_id]][2]
         if chunk_id not in rank_of:

@@ -11,10 +11,13 @@ content.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import hashlib
 import hmac
 import logging
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -42,7 +45,8 @@ COOKIE = "es_provider_workbench"
 WORKBENCH_KEY = web.AppKey("workbench_key", bytes)
 ProtocolName = Literal["sparktide", "agentarts", "dify"]
 PROTOCOLS: tuple[ProtocolName, ...] = ("sparktide", "agentarts", "dify")
-EXPLAIN_DEPTH = 200  # candidates ranked for "why not?": deeper than any protocol's topK
+FAILED_LOGIN_DELAY_S = 1.0
+AGENTARTS_PAGE = 10  # AgentArts answers its first `limit` (default 10) results
 MAX_DOCUMENT_CHUNKS = 500
 HEADERS = {
     "Cache-Control": "no-store",
@@ -77,10 +81,16 @@ def authorised(request: web.Request) -> bool:
     return token is not None and hmac.compare_digest(token, key)
 
 
+def public_origin(request: web.Request) -> str:
+    """Where browsers reach the page: `[workbench] origin` behind a proxy, else this request's own scheme and host."""
+    configured = request.app[SERVICES].settings.workbench.origin
+    return configured.rstrip("/") if configured else f"{request.scheme}://{request.host}"
+
+
 def same_origin(request: web.Request) -> bool:
     """A browser's cross-site request is refused (the cookie is SameSite=Strict too); scripts send no Origin."""
     origin = request.headers.get("Origin")
-    if origin is not None and origin != f"{request.scheme}://{request.host}":
+    if origin is not None and origin != public_origin(request):
         return False
     return request.headers.get("Sec-Fetch-Site", "same-origin") in ("same-origin", "none")
 
@@ -126,18 +136,21 @@ async def script(request: web.Request) -> web.Response:
 async def login(request: web.Request) -> web.Response:
     if not same_origin(request):
         raise forbidden("workbench: cross-origin login")
-    form = await request.post()
-    given = form.get("key")
+    services = request.app[SERVICES]
+    # Through admission like every body (size and time bounded); the form is one urlencoded field.
+    form = urllib.parse.parse_qs((await services.admission.body(request)).decode("utf-8", "replace"))
+    given = form.get("key", [""])[0]
     key = request.app[WORKBENCH_KEY]
-    if not isinstance(given, str) or not hmac.compare_digest(given.encode(), key):
+    if not hmac.compare_digest(given.encode(), key):
         log.warning("workbench: login refused", extra={"remote": request.remote})
+        await asyncio.sleep(FAILED_LOGIN_DELAY_S)  # guessing costs time
         return _static("login.html", status=401)
-    settings = request.app[SERVICES].settings
+    settings = services.settings
     log.info("workbench: login", extra={"remote": request.remote})
     response = _see_page()
     response.set_cookie(COOKIE, session_token(key, int(time.time() + settings.workbench.session_s)),
                         max_age=int(settings.workbench.session_s), path="/workbench", httponly=True,
-                        samesite="Strict", secure=request.secure)
+                        samesite="Strict", secure=public_origin(request).startswith("https://"))
     return response
 
 
@@ -146,6 +159,8 @@ def _see_page() -> web.Response:
 
 
 async def logout(request: web.Request) -> web.Response:
+    if not same_origin(request):
+        raise forbidden("workbench: cross-origin logout")
     response = _see_page()
     response.del_cookie(COOKIE, path="/workbench")
     return response
@@ -161,7 +176,7 @@ class Ask(StrictModel):
     top_k: int = Field(default=10, ge=1, le=100)
     threshold: float = Field(default=0.0, ge=0.0, le=1.0)
     query: str = Field(min_length=1, max_length=4096)
-    metadata_condition: dict[str, Any] | None = None  # Dify's form: {"logical_operator", "conditions"}
+    metadata_condition: dify.MetadataCondition | None = None  # Dify's form: {"logical_operator", "conditions"}
 
 
 class Why(Ask):
@@ -180,10 +195,13 @@ def protocol_request(name: ProtocolName, kb: KnowledgeBase, identity: Identity, 
     """Pure: the SearchRequest each protocol's handler builds for this question (sparktide.callback,
     agentarts.search, dify.search): its filters, its topK limit, and the options it has."""
     conditions = None
-    if ask.metadata_condition:
+    if ask.metadata_condition is not None:
         try:
-            conditions = metadata.parse(ask.metadata_condition.get("logical_operator"),
-                                        ask.metadata_condition.get("conditions"))
+            # The identity is chosen on the page: a pasted `acting_subject` condition is taken out, as Dify's
+            # handler takes it out, instead of becoming a metadata filter.
+            _, rest = dify.take_acting_subject(ask.metadata_condition.logical_operator,
+                                               ask.metadata_condition.conditions)
+            conditions = metadata.parse(ask.metadata_condition.logical_operator, rest)
         except metadata.ConditionError as exc:
             raise protocol_error(str(exc)) from None
     if name == "sparktide":  # the registration's filters, topK capped by the definition; no mode, threshold
@@ -201,9 +219,9 @@ def rendered(name: ProtocolName, kb: KnowledgeBase, request: SearchRequest, resu
     if name == "sparktide":
         body, _ = sparktide.render_answer(result, legacy=kb.protocol == "legacy", top_k=request.top_k)
         return orjson.loads(body)
-    if name == "agentarts":
+    if name == "agentarts":  # the handler's default page: offset 0, limit 10
         return {"total": len(result.chunks),
-                "search_result_list": [agentarts.render_chunk(c) for c in result.chunks]}
+                "search_result_list": [agentarts.render_chunk(c) for c in result.chunks[:AGENTARTS_PAGE]]}
     return {"records": [dify.render_record(c) for c in result.chunks]}
 
 
@@ -285,17 +303,19 @@ async def why(request: web.Request) -> web.Response:
                                                "query": {"bool": {"filter": [which]}}}, budget)
         chunks = found.get("hits", {}).get("hits", [])
         ids = [str(hit.get("_id")) for hit in chunks]
-        deep = SearchRequest(wanted.knowledge, wanted.query, identity, wanted.filters, EXPLAIN_DEPTH,
-                             metadata=wanted.metadata, mode=wanted.mode)
-        result = await services.retriever.search(deep, budget) if chunks else None
+        # The very search the protocol runs (the threshold is applied in Python, after it): its answer and surplus
+        # are the candidates, in order, that the threshold and the topK cut choose from.
+        unthresholded = dataclasses.replace(wanted, score_threshold=0.0)
+        result = await services.retriever.search(unthresholded, budget) if chunks else None
         metadata_matched = query_matched = None
         if chunks and wanted.metadata is not None:
             types = await engine.metadata_types(kb.alias, budget)
             clause = metadata.translate(wanted.metadata, types)
             metadata_matched = await _matching(services, kb, ids, clause, budget)
-        if chunks and resolve_mode(wanted)[0] != "vector":
-            # The BM25 text part of the body the flow runs, restricted to these chunks: does it match at all?
-            text = build_search(deep, timeout_ms=int(budget.remaining(time.monotonic()) * 1000)).body["query"]
+        if chunks and resolve_mode(wanted)[0] == "bm25":
+            # The text part of the body the flow runs, restricted to these chunks: does it match at all? (Only for
+            # BM25: a kNN leg finds chunks whose text matches nothing.)
+            text = build_search(wanted, timeout_ms=int(budget.remaining(time.monotonic()) * 1000)).body["query"]
             query_matched = await _matching(services, kb, ids, text["bool"]["must"][0], budget)
     if result is None:
         return web.json_response({"identity": _identity_json(identity), "found": 0, "reasons": [],
@@ -308,6 +328,7 @@ async def why(request: web.Request) -> web.Response:
         one_per_document=kb.one_chunk_per_document)
     return web.json_response({
         "identity": _identity_json(identity), "protocol": ask.protocol, "found": len(chunks),
+        "truncated": len(chunks) >= MAX_DOCUMENT_CHUNKS,
         "appliedFilters": [f.value for f in result.applied_filters],
         "reasons": [r.as_json() for r in reasons],
     }, headers=HEADERS)

@@ -90,6 +90,7 @@ function showReasons(answer) {
   box.replaceChildren();
   showIdentity(answer.identity);
   if (!answer.found) { box.append(el("p", answer.message || "nothing found", "error")); return; }
+  if (answer.truncated) box.append(el("p", "only the first chunks of this document were read", "error"));
   box.append(el("p", `${answer.found} chunk(s); as answered by ${answer.protocol} with appliedFilters ${JSON.stringify(answer.appliedFilters)}`, "meta"));
   const table = el("table");
   const head = el("tr");
@@ -129,9 +130,9 @@ async function start() {
   });
   $("whyform").addEventListener("submit", async (event) => {
     event.preventDefault();
-    const ask = { ...question(), protocol: $("protocol").value };
-    ask[$("is-chunk").checked ? "chunk_id" : "document_id"] = $("document").value;
     try {
+      const ask = { ...question(), protocol: $("protocol").value };
+      ask[$("is-chunk").checked ? "chunk_id" : "document_id"] = $("document").value;
       // The answers for the same question beside the explanation, so both speak of one identity.
       const [answer, reasons] = await Promise.all([call("/workbench/api/search", question()),
         call("/workbench/api/explain", ask)]);

@@ -141,6 +141,28 @@ async def test_why_not_names_the_rule_or_the_rank(bench, kb, caplog) -> None:
     assert explained and all(r.as_subject == "u-alice" and r.as_tenant == "team-a" for r in explained)
 
 
+async def test_conditions_are_checked_and_a_pasted_acting_subject_is_not_a_filter(bench, kb) -> None:
+    ask = {"knowledge_id": kb.id, "tenant": "team-a", "subject": "u-alice", "query": QUERY}
+    bad = await bench.post("/workbench/api/search", headers=wb(), json={**ask, "metadata_condition": {
+        "conditions": 5}})
+    assert bad.status == 400 and (await bad.json())["error"]["code"] == "KNOWLEDGE_PROTOCOL_ERROR"
+    plain = await (await bench.post("/workbench/api/search", headers=wb(), json=ask)).json()
+    acting = await (await bench.post("/workbench/api/search", headers=wb(), json={**ask, "metadata_condition": {
+        "logical_operator": "and", "conditions": [
+            {"name": ["acting_subject"], "comparison_operator": "is", "value": "u-alice"}]}})).json()
+    assert acting["answers"]["dify"]["body"] == plain["answers"]["dify"]["body"] and plain["answers"]["dify"]["body"]["records"]
+
+
+async def test_behind_a_tls_proxy_the_configured_origin_is_the_one_accepted(engine, kb, client_for) -> None:
+    client = await client_for(kb, env={"WB_KEY": KEY}, workbench={**WORKBENCH, "origin": "https://kb.example.com"})
+    own = await client.post("/workbench/login", data={"key": KEY}, allow_redirects=False,
+                            headers={"Origin": "https://kb.example.com"})
+    assert own.status == 303 and "Secure" in own.headers["Set-Cookie"]
+    plain_http = await client.post("/workbench/login", data={"key": KEY}, allow_redirects=False,
+                                   headers={"Origin": str(client.make_url("")).rstrip("/")})
+    assert plain_http.status == 403
+
+
 async def test_off_unless_enabled(engine, kb, client_for) -> None:
     client = await client_for(kb)
     for path in ("/workbench", "/workbench/api/setup"):
@@ -158,3 +180,5 @@ def test_the_workbench_key_is_its_own(opensearch, kb) -> None:
 
     with pytest.raises(StartupError, match="its own credential"):  # the same value as a platform secret
         create_app(settings, environ={**TEST_ENV, "WB_KEY": TEST_ENV["TEST_CALLBACK_KEY"]})
+    with pytest.raises(StartupError, match="at least 16 characters"):
+        create_app(settings, environ={**TEST_ENV, "WB_KEY": "short"})

@@ -110,3 +110,10 @@ def test_a_permission_rule_comes_before_every_ranking_rule() -> None:
 ])
 def test_session_tokens(token: str | None, now: float, ok: bool) -> None:
     assert session_valid(b"k", token, now) is ok
+
+
+def test_a_malformed_document_id_does_not_break_the_explanation() -> None:
+    chunk = {"_id": "c1", "_source": {"document_id": ["d1", "d2"], "acl": {"public": True}}}
+    [reason] = explain.explain([chunk], Identity.of("app", None, "u"), [Filter.SUBJECT],
+                               explain.Ranking([("c9", "d1", 0.8)], top_k=5), query_matched={"c1"})
+    assert reason.rule == "top_k"

@@ -18,6 +18,7 @@ from es_provider.acl import Filter
 from es_provider.admission import Admission
 from es_provider.auth import ReplayCache, load_credentials
 from es_provider.config import Settings
+from es_provider.deadline import fixed_budget
 from es_provider.engine import Engine, UnsupportedEngineError
 from es_provider.errors import ClientDisconnected, ErrorCode, KnowledgeError, StartupError
 from es_provider.idempotency import IdempotencyCache
@@ -30,6 +31,7 @@ from es_provider.service import SERVICES, Services
 
 log = logging.getLogger("es_provider.app")
 MIN_WORKBENCH_KEY = 16
+START_PROBE_MS = 2000  # how long the start waits for the engine's `GET /` when no knowledge base needs kNN
 # nginx's code for "the client closed the request": counted as its own outcome, never as a 503.
 CLIENT_CLOSED = 499
 ENGINE = web.AppKey("engine", Engine)
@@ -142,7 +144,8 @@ async def meet_engine(engine: Engine, settings: Settings) -> None:
     start, and so do vector knowledge bases on nodes without kNN. When nothing answers yet and no knowledge base needs
     kNN, the service starts anyway (/readyz says not ready) and learns the engine at its first call."""
     try:
-        flavor = await engine.flavor()
+        # A short wait: an engine slow to answer its `GET /` must not hold the service's start (/healthz).
+        flavor = await engine.flavor(fixed_budget(START_PROBE_MS, now_monotonic=time.monotonic()))
     except UnsupportedEngineError as exc:
         raise StartupError(f"the engine at [opensearch] url cannot be served from: {exc.detail}") from None
     except KnowledgeError as exc:

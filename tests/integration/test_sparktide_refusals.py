@@ -23,6 +23,7 @@ async def refuse(client_for, proxy):
     kbs = [new_kb(), new_kb(id="other-kb", secret_ref="OTHER_KEY", apps=["app-2"]),
            new_kb(id="signed-kb", signature=True)]
     client = await client_for(*kbs, url=proxy.url, env={"OTHER_KEY": "other-secret"})
+    proxy.requests.clear()  # the start-up's `GET /` (which engine answers) is not a request being refused
 
     async def post(status: int, code: str, *, data: bytes | None = None, payload: Any = None,
                    hdrs: dict[str, str] | None = None, route: str = ROUTE) -> dict[str, Any]:

@@ -20,7 +20,7 @@ class FakeEngine:
     def __init__(self, flavor: Any, knn: Any = True) -> None:
         self.answers = {"flavor": flavor, "knn": knn}
 
-    async def flavor(self) -> dialect.Flavor:
+    async def flavor(self, budget: Any = None) -> dialect.Flavor:
         return self._answer("flavor")  # type: ignore[no-any-return]
 
     async def knn_available(self) -> bool:

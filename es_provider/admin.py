@@ -186,7 +186,8 @@ async def set_acl(
         return {"acl": changed_acl(source.get("acl"), grant=grant, subjects=subjects, groups=groups, public=public)}
 
     for _ in range(5):
-        response = await wait_out_block(lambda: engine.update_by_query(kb.alias, query, script, change), block_wait_s)
+        response = await wait_out_block(lambda: engine.update_by_query(kb.alias, query, script, change), block_wait_s,
+                                        engine=engine, alias=kb.alias)
         if not response.get("version_conflicts"):
             return int(response.get("updated", 0))
     raise AdminError(f"document {document_id}: chunks kept changing under the ACL update; try again")
@@ -194,7 +195,8 @@ async def set_acl(
 
 async def delete_document(engine: Engine, kb: KnowledgeBase, document_id: str, *, block_wait_s: float = 600.0) -> int:
     return await wait_out_block(
-        lambda: engine.delete_by_query(kb.alias, {"term": {"document_id": document_id}}, refresh=True), block_wait_s)
+        lambda: engine.delete_by_query(kb.alias, {"term": {"document_id": document_id}}, refresh=True), block_wait_s,
+        engine=engine, alias=kb.alias)
 
 
 async def _copy_with_vectors(engine: Engine, source: str, dest: str, embedder: Embedder) -> int:
@@ -267,8 +269,10 @@ async def _copy_whole(engine: Engine, kb: KnowledgeBase, current: list[str], ind
     """Copies the (write-blocked) current index into `index`, again if any write slipped in while it ran (one
     already past the block's check when the block was set), so the copy holds every acknowledged write."""
     for _ in range(attempts):
-        await engine.refresh(kb.alias)  # every acknowledged write is visible to the copy's snapshot
+        # Counted first, then refreshed: a write applied in between is counted as a change (copy again), never
+        # counted yet left out of the copy's snapshot for want of a refresh.
         before = await engine.write_count(current)
+        await engine.refresh(kb.alias)  # every acknowledged write is visible to the copy's snapshot
         await engine.create_index(index, body)
         try:
             if embedder is not None:

@@ -102,15 +102,33 @@ def _check_by_query(response: dict[str, Any]) -> None:
         raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{len(failures)} write(s) failed: {failures[0]}")
 
 
-async def wait_out_block(write: Callable[[], Awaitable[T]], wait_s: float) -> T:
+class AliasMoved(KnowledgeError):
+    """A reindex swapped the alias while a write through it ran: the write may have changed the retired index."""
+
+
+async def wait_out_block(write: Callable[[], Awaitable[T]], wait_s: float, *, engine: Engine | None = None,
+                         alias: str | None = None) -> T:
     """Runs a write through the alias, waiting out an index write block (a reindex copying the index) for up to
     `wait_s`: each retry goes through the alias again, which after the swap names the new index. A write still
-    blocked then fails loudly."""
+    blocked then fails loudly. With `engine` and `alias`, an attempt during which the alias moved is run again: a
+    by-query write resolves the alias when it starts, so one that began before a swap and wrote after the old
+    index's block lifted changed the retired index only (the writes passed here are idempotent)."""
+
+    async def once() -> T:
+        if engine is None or alias is None:
+            return await write()
+        before = await engine.alias_targets(alias)
+        result = await write()
+        if await engine.alias_targets(alias) != before:
+            log.info("the alias %s moved during a write: writing again through it", alias)
+            raise AliasMoved(ErrorCode.UNAVAILABLE, detail=f"{alias} moved during a write")
+        return result
+
     try:
-        async for attempt in AsyncRetrying(retry=retry_if_exception_type(WriteBlocked), stop=stop_after_delay(wait_s),
-                                           wait=wait_fixed(0.5), reraise=True):
+        async for attempt in AsyncRetrying(retry=retry_if_exception_type((WriteBlocked, AliasMoved)),
+                                           stop=stop_after_delay(wait_s), wait=wait_fixed(0.5), reraise=True):
             with attempt:
-                return await write()
+                return await once()
     except WriteBlocked:
         raise WriteBlocked(f"the index stayed write-blocked for {wait_s:.0f} s: a reindex is running or was killed "
                            "(run `es-provider kb reindex` again to finish it); this write was not made") from None

@@ -311,5 +311,5 @@ async def _delete_stale(engine: Engine, index: str, chunks_of: dict[str, list[st
         keep = [c for d in group for c in chunks_of[d]]
         query = {"bool": {"filter": [{"terms": {"document_id": group}}], "must_not": [{"ids": {"values": keep}}]}}
         deleted += await wait_out_block(functools.partial(engine.delete_by_query, index, query, refresh=False),
-                                        block_wait_s)
+                                        block_wait_s, engine=engine, alias=index)
     return deleted

@@ -139,6 +139,10 @@ async def _close_all(models: Mapping[str, embedders.Cached]) -> None:
         await model.close()
 
 
+def _unsupported(exc: UnsupportedEngineError) -> StartupError:
+    return StartupError(f"the engine at [opensearch] url cannot be served from: {exc.detail}")
+
+
 async def meet_engine(engine: Engine, settings: Settings) -> None:
     """Learns which engine answers (its `GET /`) and logs it. An engine this service cannot serve from stops the
     start, and so do vector knowledge bases on nodes without kNN. When nothing answers yet and no knowledge base needs
@@ -147,7 +151,7 @@ async def meet_engine(engine: Engine, settings: Settings) -> None:
         # A short wait: an engine slow to answer its `GET /` must not hold the service's start (/healthz).
         flavor = await engine.flavor(fixed_budget(START_PROBE_MS, now_monotonic=time.monotonic()))
     except UnsupportedEngineError as exc:
-        raise StartupError(f"the engine at [opensearch] url cannot be served from: {exc.detail}") from None
+        raise _unsupported(exc) from None
     except KnowledgeError as exc:
         if not settings.needs_knn():
             log.warning("engine not reachable at start (%s); it is detected at the first call", exc.detail)
@@ -169,7 +173,7 @@ async def require_knn(engine: Engine, settings: Settings) -> None:
             available = await engine.knn_available()
             break
         except UnsupportedEngineError as exc:
-            raise StartupError(f"the engine at [opensearch] url cannot be served from: {exc.detail}") from None
+            raise _unsupported(exc) from None
         except KnowledgeError as exc:
             if time.monotonic() >= deadline:
                 raise StartupError(

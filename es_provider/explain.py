@@ -38,7 +38,6 @@ class Ranking:
     candidates: Sequence[tuple[str, str, float | None]]
     top_k: int
     threshold: float = 0.0
-    depth_reached: bool = False  # the candidate list was cut by its size: a missing chunk may rank lower still
 
 
 def _names(values: Any) -> str:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from es_provider import acl
+from es_provider import acl, metadata
 from es_provider.calibration import calibrate, calibrate_leg, fuse
 from es_provider.config import RetrievalMode, ScoringSettings
 from es_provider.deadline import Budget
@@ -17,8 +17,17 @@ from es_provider.embedders import Embedder
 from es_provider.engine import Engine
 from es_provider.errors import ErrorCode, KnowledgeError, forbidden, protocol_error
 from es_provider.hits import MalformedHit, to_chunk
+from es_provider.metadata import Conditions
 from es_provider.naming import alias_of_index
-from es_provider.query import VECTOR_FIELD, bounded_text, build_hybrid, build_knn, build_search, query_terms
+from es_provider.query import (
+    SOURCE_FIELDS,
+    VECTOR_FIELD,
+    bounded_text,
+    build_hybrid,
+    build_knn,
+    build_search,
+    query_terms,
+)
 
 log = logging.getLogger("es_provider.retrieval")
 security_log = logging.getLogger("es_provider.security")
@@ -157,10 +166,6 @@ class Retriever:
         self._mapped: dict[str, tuple[float, set[str]]] = {}
         self._metadata: dict[str, tuple[float, dict[str, str]]] = {}
 
-    @property
-    def engine(self) -> Engine:
-        return self._engine
-
     async def _mapped_fields(self, index: str, budget: Budget) -> set[str]:
         now = time.monotonic()
         cached = self._mapped.get(index)
@@ -214,6 +219,27 @@ class Retriever:
         if result.dropped and self._on_dropped is not None:
             self._on_dropped(result.dropped)
         return result
+
+    # --- for the workbench's "why not?" (operator view: no permission filter here; acl.py judges the chunks) ---
+
+    async def stored_chunks(self, alias: str, which: dict[str, Any], limit: int,
+                            budget: Budget) -> list[dict[str, Any]]:
+        """The stored chunks (`_id`, `_source`) that `which` selects, unranked."""
+        found = await self._engine.search(alias, {"size": limit, "_source": list(SOURCE_FIELDS),
+                                                  "query": {"bool": {"filter": [which]}}}, budget)
+        hits: list[dict[str, Any]] = found.get("hits", {}).get("hits", [])
+        return hits
+
+    async def matching(self, alias: str, ids: list[str], clause: dict[str, Any], budget: Budget) -> set[str]:
+        """Which of the chunks `ids` match `clause` at all."""
+        body = {"size": len(ids), "_source": False,
+                "query": {"bool": {"filter": [{"ids": {"values": ids}}], "must": [clause]}}}
+        found = await self._engine.search(alias, body, budget)
+        return {str(hit.get("_id")) for hit in found.get("hits", {}).get("hits", [])}
+
+    async def metadata_clause(self, alias: str, conditions: Conditions, budget: Budget) -> dict[str, Any]:
+        """The filter clause a search builds for these metadata conditions (the same types cache)."""
+        return metadata.translate(conditions, await self._metadata_types(alias, budget))
 
     async def available(self, aliases: list[str], budget: Budget) -> set[str]:
         """Which of `aliases` exist now (point at an index) and so can be searched."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
 import hmac
 import logging
@@ -33,7 +34,7 @@ from es_provider.deadline import Budget, fixed_budget
 from es_provider.domain import SearchRequest, SearchResult
 from es_provider.errors import KnowledgeError, forbidden, protocol_error, unauthenticated
 from es_provider.protocols import agentarts, dify, kit, sparktide
-from es_provider.query import SOURCE_FIELDS, build_search
+from es_provider.query import build_search
 from es_provider.retrieval import resolve_mode
 from es_provider.service import SERVICES, Services
 from es_provider.strictjson import StrictModel
@@ -118,10 +119,15 @@ def guarded(handler: Handler, *, page: bool = False) -> Handler:
     return run
 
 
+@functools.cache
+def _asset(name: str) -> bytes:
+    return (STATIC / name).read_bytes()  # read once per process: the files ship with the package
+
+
 def _static(name: str, status: int = 200) -> web.Response:
     content_type = "text/javascript" if name.endswith(".js") else "text/html"
-    return web.Response(body=(STATIC / name).read_bytes(), status=status, content_type=content_type,
-                        charset="utf-8", headers=HEADERS)
+    return web.Response(body=_asset(name), status=status, content_type=content_type, charset="utf-8",
+                        headers=HEADERS)
 
 
 async def page(request: web.Request) -> web.Response:
@@ -194,8 +200,14 @@ def identity_of(settings: Settings, ask: Ask) -> Identity:
 def protocol_request(name: ProtocolName, kb: KnowledgeBase, identity: Identity, ask: Ask) -> SearchRequest:
     """Pure: the SearchRequest each protocol's handler builds for this question (sparktide.callback,
     agentarts.search, dify.search): its filters, its topK limit, and the options it has."""
+    if name == "sparktide":  # the registration's filters, topK capped by the definition; no mode, threshold
+        return SearchRequest((kb,), ask.query, identity, ordered(kb.mandatory_filters), min(ask.top_k, kb.top_k))
+    filters = kb.key_filters(end_user=identity.subject_id is not None)
+    if name == "agentarts":
+        return SearchRequest((kb,), ask.query, identity, filters, ask.top_k, score_threshold=ask.threshold,
+                             mode=ask.mode)
     conditions = None
-    if ask.metadata_condition is not None:
+    if ask.metadata_condition is not None:  # only Dify carries metadata conditions
         try:
             # The identity is chosen on the page: a pasted `acting_subject` condition is taken out, as Dify's
             # handler takes it out, instead of becoming a metadata filter.
@@ -204,12 +216,6 @@ def protocol_request(name: ProtocolName, kb: KnowledgeBase, identity: Identity, 
             conditions = metadata.parse(ask.metadata_condition.logical_operator, rest)
         except metadata.ConditionError as exc:
             raise protocol_error(str(exc)) from None
-    if name == "sparktide":  # the registration's filters, topK capped by the definition; no mode, threshold
-        return SearchRequest((kb,), ask.query, identity, ordered(kb.mandatory_filters), min(ask.top_k, kb.top_k))
-    filters = kb.key_filters(end_user=identity.subject_id is not None)
-    if name == "agentarts":
-        return SearchRequest((kb,), ask.query, identity, filters, ask.top_k, score_threshold=ask.threshold,
-                             mode=ask.mode)
     return SearchRequest((kb,), ask.query, identity, filters, min(ask.top_k, dify.MAX_TOP_K),
                          score_threshold=ask.threshold, metadata=conditions)
 
@@ -260,9 +266,9 @@ async def search(request: web.Request) -> web.Response:
     log.info("workbench: search", extra={"knowledge_id": kb.id, "as_tenant": ask.tenant, "as_subject": ask.subject,
                                          "remote": request.remote})
     answers: dict[str, Any] = {}
+    requests = {name: protocol_request(name, kb, identity, ask) for name in PROTOCOLS}  # bad input: 400, no search
     async with services.admission.slot("workbench"):
-        for name in PROTOCOLS:
-            wanted = protocol_request(name, kb, identity, ask)
+        for name, wanted in requests.items():
             started = time.monotonic()
             try:
                 result = await services.retriever.search(wanted, _budget(services))
@@ -295,28 +301,25 @@ async def why(request: web.Request) -> web.Response:
                                           "as_subject": ask.subject, "protocol": ask.protocol,
                                           "remote": request.remote})
     wanted = protocol_request(ask.protocol, kb, identity, ask)
-    engine = services.retriever.engine
+    retriever = services.retriever
     async with services.admission.slot("workbench"):
         budget = _budget(services)
         which = {"term": {"document_id": ask.document_id}} if ask.document_id else {"ids": {"values": [ask.chunk_id]}}
-        found = await engine.search(kb.alias, {"size": MAX_DOCUMENT_CHUNKS, "_source": SOURCE_FIELDS,
-                                               "query": {"bool": {"filter": [which]}}}, budget)
-        chunks = found.get("hits", {}).get("hits", [])
+        chunks = await retriever.stored_chunks(kb.alias, which, MAX_DOCUMENT_CHUNKS, budget)
         ids = [str(hit.get("_id")) for hit in chunks]
         # The very search the protocol runs (the threshold is applied in Python, after it): its answer and surplus
         # are the candidates, in order, that the threshold and the topK cut choose from.
         unthresholded = dataclasses.replace(wanted, score_threshold=0.0)
-        result = await services.retriever.search(unthresholded, budget) if chunks else None
+        result = await retriever.search(unthresholded, budget) if chunks else None
         metadata_matched = query_matched = None
         if chunks and wanted.metadata is not None:
-            types = await engine.metadata_types(kb.alias, budget)
-            clause = metadata.translate(wanted.metadata, types)
-            metadata_matched = await _matching(services, kb, ids, clause, budget)
+            clause = await retriever.metadata_clause(kb.alias, wanted.metadata, budget)
+            metadata_matched = await retriever.matching(kb.alias, ids, clause, budget)
         if chunks and resolve_mode(wanted)[0] == "bm25":
             # The text part of the body the flow runs, restricted to these chunks: does it match at all? (Only for
             # BM25: a kNN leg finds chunks whose text matches nothing.)
             text = build_search(wanted, timeout_ms=int(budget.remaining(time.monotonic()) * 1000)).body["query"]
-            query_matched = await _matching(services, kb, ids, text["bool"]["must"][0], budget)
+            query_matched = await retriever.matching(kb.alias, ids, text["bool"]["must"][0], budget)
     if result is None:
         return web.json_response({"identity": _identity_json(identity), "found": 0, "reasons": [],
                                   "message": "no chunk with this id in the knowledge base"}, headers=HEADERS)
@@ -334,16 +337,11 @@ async def why(request: web.Request) -> web.Response:
     }, headers=HEADERS)
 
 
-async def _matching(services: Services, kb: KnowledgeBase, ids: list[str], clause: dict[str, Any],
-                    budget: Budget) -> set[str]:
-    body = {"size": len(ids), "_source": False,
-            "query": {"bool": {"filter": [{"ids": {"values": ids}}], "must": [clause]}}}
-    found = await services.retriever.engine.search(kb.alias, body, budget)
-    return {str(hit.get("_id")) for hit in found.get("hits", {}).get("hits", [])}
-
-
-def _route(method: str, path: str, handler: Handler, summary: str) -> kit.Route:
-    return kit.Route(method, path, handler, summary=summary, in_openapi=False)
+def _route(method: str, path: str, handler: Handler, summary: str, *, model: type[StrictModel] | None = None,
+           api: bool = False) -> kit.Route:
+    # The JSON API is in /openapi.json; the page, its script and the form login are HTML (docs/workbench.md).
+    return kit.Route(method, path, handler, summary=summary, request_model=model, in_openapi=api,
+                     answer={"type": "object"})
 
 
 # Added by create_app only when `[workbench] enabled = true` (with app[WORKBENCH_KEY] set).
@@ -351,14 +349,19 @@ PROTOCOL = kit.Protocol(
     name="workbench",
     prefixes=("/workbench",),
     render_error=error_response,
-    error_schema={"type": "object", "required": ["error"]},
+    error_schema={"type": "object", "required": ["error"], "properties": {"error": {
+        "type": "object", "required": ["code", "message"],
+        "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},
     routes=(
         _route("GET", "/workbench", guarded(page, page=True), "the workbench page (login form without a session)"),
         _route("POST", "/workbench/login", login, "log in with the workbench key (form field key)"),
         _route("POST", "/workbench/logout", logout, "end the session"),
         _route("GET", "/workbench/workbench.js", guarded(script), "the page's script"),
-        _route("GET", "/workbench/api/setup", guarded(setup), "knowledge bases and known subjects"),
-        _route("POST", "/workbench/api/search", guarded(search), "each protocol's answer for one identity"),
-        _route("POST", "/workbench/api/explain", guarded(why), "why each chunk of a document is (not) answered"),
+        _route("GET", "/workbench/api/setup", guarded(setup), "workbench: knowledge bases and known subjects",
+               api=True),
+        _route("POST", "/workbench/api/search", guarded(search),
+               "workbench: each protocol's answer for one impersonated identity", model=Ask, api=True),
+        _route("POST", "/workbench/api/explain", guarded(why),
+               "workbench: why each chunk of a document is (not) answered", model=Why, api=True),
     ),
 )

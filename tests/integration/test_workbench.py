@@ -71,6 +71,9 @@ async def test_login_gives_a_session_cookie_that_opens_the_page(bench) -> None:
     setup = await (await bench.get("/workbench/api/setup")).json()
     assert [kb["id"] for kb in setup["knowledge"]] == ["project-documents"] and "u-alice" in setup["subjects"]
     assert KEY not in json.dumps(setup)
+    described = await (await bench.get("/openapi.json")).json()
+    assert {"/workbench/api/setup", "/workbench/api/search", "/workbench/api/explain"} <= set(described["paths"])
+    assert described["paths"]["/workbench/api/explain"]["post"]["requestBody"]["content"]["application/json"]
 
 
 async def test_each_protocol_answer_is_what_the_protocol_itself_answers(bench, kb, caplog) -> None:

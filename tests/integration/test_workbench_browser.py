@@ -106,7 +106,8 @@ async def test_the_demo_prints_the_workbench_url(demo: str) -> None:
 
 async def test_log_in_ask_as_two_users_and_ask_why_not(demo: str, browser: Browser) -> None:
     page = await browser.new_page(viewport={"width": 1400, "height": 900})
-    await shot(page, "workbench-login.png") if await page.goto(f"{BASE}/workbench") else None
+    await page.goto(f"{BASE}/workbench")
+    await shot(page, "workbench-login.png")
     assert await log_in(page, "not-the-key") == 401  # a wrong key: the login form again
     assert await log_in(page, DEMO_KEY) == 200
     await page.wait_for_selector("#kb option", state="attached")

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from bench import scifact
+from bench import floor, scifact
 from bench.common import PYTHON, ROOT, SECRET, cli, loadgen, service, summarise
 
 DEFAULT_KB = {"id": "ingest", "name": "SciFact ingest", "versions": ["1"], "alias": "bench-ingest",
@@ -188,13 +188,17 @@ def workers_and_replays(work: Path, url: str, main_kb: dict[str, Any], queries: 
     direct = [search_body(MAIN, q, subject="bench-user", groups=[scifact.GROUP], filters=True) for q in queries]
     out: dict[str, Any] = {}
     with service(engine_store, url) as one, service(engine_store, url, workers=2) as two, \
-            service(memory_store, url) as memory:
+            service(memory_store, url) as memory, floor.running("aiohttp", url, MAIN["alias"], direct) as bare, \
+            floor.running("asyncio", url, MAIN["alias"], direct) as lean:
         # Only the measured service runs: the others idle (they use no CPU when idle).
         runs: dict[str, dict[str, Any]] = {}
         plan = [
             ("direct c32", None, {"mode": "direct", "target": url, "index": MAIN["alias"], "bodies": direct}, 32),
             ("workers 1 c32", one, {"target": f"{one.base}/agent/knowledge/{main_kb['id']}/1", "bodies": plain}, 32),
             ("workers 2 c32", two, {"target": f"{two.base}/agent/knowledge/{main_kb['id']}/1", "bodies": plain}, 32),
+            # The floors: one engine search per request and nothing else (bench/floor.py).
+            ("floor: aiohttp forwarder c32", bare, {"target": f"{bare.base}/", "bodies": plain}, 32),
+            ("floor: asyncio + httptools forwarder c32", lean, {"target": f"{lean.base}/", "bodies": plain}, 32),
             ("signed, engine store c1", one, {"target": f"{one.base}/agent/knowledge/{SIGNED['id']}/1",
                                               "bodies": signed, "sign": True}, 1),
             ("signed, memory store c1", memory, {"target": f"{memory.base}/agent/knowledge/{SIGNED['id']}/1",
@@ -225,7 +229,7 @@ def workers_and_replays(work: Path, url: str, main_kb: dict[str, Any], queries: 
                 row["service_cpu_ms_per_request"] = round(run["cpu"] / run["sent"] * 1000, 3)
             out[label] = row
     direct_rps = out["direct c32"]["rps"]
-    for label in ("workers 1 c32", "workers 2 c32"):
+    for label in ("workers 1 c32", "workers 2 c32", *(k for k in out if k.startswith("floor"))):
         out[label]["rps_ratio"] = round(out[label]["rps"] / direct_rps, 3)
         out[label]["projected_rps_per_core"] = round(1000 / out[label]["service_cpu_ms_per_request"])
     return out

@@ -251,6 +251,17 @@ def _workers(work: dict[str, Any]) -> list[str]:
                       f"serves about {one['projected_rps_per_core']} requests/s (the engine's own CPU not counted); "
                       f"give `--workers` one process per core the service may use. On this 2-core machine the engine "
                       "and the load generator share the same cores, so a second worker adds no throughput here."]
+    floors = {label: row for label, row in work.items() if label.startswith("floor")}
+    if one and floors:
+        cheapest = min(row["service_cpu_ms_per_request"] for row in floors.values())
+        lines.append(
+            "- The floors (bench/floor.py): a process that takes the request, makes the same one engine search and "
+            "returns the engine's answer unchanged — no parsing, checks or rendering — costs "
+            + " and ".join(f"{row['service_cpu_ms_per_request']:.2f} ms ({label.split(': ')[1].removesuffix(' c32')})"
+                           for label, row in floors.items())
+            + f" of CPU per request under the same load; the service costs {one['service_cpu_ms_per_request']:.2f} ms, "
+            f"{one['service_cpu_ms_per_request'] / cheapest:.1f}× the leanest floor. A CPU budget per request below "
+            "a floor cannot be met by any service built on that server layer on this machine.")
     engine1, memory1 = work.get("signed, engine store c1"), work.get("signed, memory store c1")
     if engine1 and memory1:
         lines.append(f"- Replay refusal across processes: one create-only engine write per signed callback; p50 "

@@ -347,12 +347,13 @@ def main() -> None:
     if "hotpath" in sections:
         print("7/9 ingest against the best raw bulk load; mapping variants", flush=True)
         results["hotpath"] = hotpath.ingest_and_mapping(work, url, config_for_hotpath(work, url), records_default,
-                                                        queries, qrels, rounds=max(3, args.rounds + 1))
+                                                        queries, qrels, rounds=max(5, args.rounds + 3))
         results["hotpath"]["embedding"] = hotpath.embedding_rates(records, rounds=2)
         write_result("hotpath", {"machine": info, **results["hotpath"]})
     if "workers" in sections:
         print("8/9 workers 1 vs 2; replay store engine vs memory", flush=True)
-        results["workers"] = hotpath.workers_and_replays(work, url, MAIN, list(queries.values()), args.rounds)
+        results["workers"] = hotpath.workers_and_replays(work, url, MAIN, list(queries.values()),
+                                                       max(3, args.rounds + 1))
         write_result("workers", {"machine": info, **results["workers"]})
     if "scale" in sections:
         print("9/9 latency at 5k, 50k, 500k chunks", flush=True)

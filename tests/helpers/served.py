@@ -73,6 +73,18 @@ def wait_until_answering(url: str, process: subprocess.Popen[Any], seconds: floa
     raise RuntimeError(f"{url} did not answer within {seconds} s")
 
 
+def cpu_seconds(*pids: int) -> float:
+    """User + system CPU time these processes have used so far (one that exited meanwhile counts nothing)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 class Served:
     def __init__(self, config: Path, env: dict[str, str], log_path: Path, args: tuple[str, ...] = ()) -> None:
         self.port = free_port()
@@ -87,14 +99,7 @@ class Served:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time the service has used so far: its process and (under --workers) its workers."""
-        total = 0
-        for pid in (self.process.pid, *self.children()):
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue  # a child that exited meanwhile
-            total += int(fields[11]) + int(fields[12])
-        return total / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.process.pid, *self.children())
 
     def children(self) -> list[int]:
         listing = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")

@@ -13,8 +13,17 @@ from typing import Any
 
 REQUEST_IDS: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("request_ids", default=None)
 
-# Extra fields handlers may attach (`extra={...}`); anything else in a record is not emitted.
-_EXTRA_FIELDS = ("chunk_id", "index", "app_id", "executionId", "route", "status", "code")
+# Extra fields handlers may attach (`extra={...}`); anything else in a record is not emitted. The workbench's audit
+# trail (docs/workbench.md): whom it asked as, which knowledge base and protocol, from where, and for a refused key
+# its keyed fingerprint (never the key).
+_EXTRA_FIELDS = ("chunk_id", "index", "app_id", "executionId", "route", "status", "code",
+                 "knowledge_id", "as_tenant", "as_subject", "protocol", "remote", "key_fingerprint", "lockout",
+                 "retry_after_s")
+
+
+def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The whitelisted extra fields a record carries (None: not set)."""
+    return {name: record.__dict__[name] for name in _EXTRA_FIELDS if record.__dict__.get(name) is not None}
 
 
 class JsonFormatter(logging.Formatter):
@@ -28,10 +37,7 @@ class JsonFormatter(logging.Formatter):
         ids = REQUEST_IDS.get()
         if ids:
             line.update(ids)
-        for name in _EXTRA_FIELDS:
-            value = record.__dict__.get(name)
-            if value is not None:
-                line[name] = value
+        line.update(extra_fields(record))
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False)
@@ -47,13 +53,25 @@ def escape_controls(text: str) -> str:
                         f"\\u{ord(m.group()):04x}", text)
 
 
+_PLAIN = re.compile(r"[\w.:@/+-]+", re.ASCII)
+
+
+def text_field(name: str, value: object) -> str:
+    """` name=value`: plain when the value is a plain word, else JSON-quoted, so a value with a space, a quote or an
+    `=` cannot pass for another field; then control characters escaped."""
+    text = str(value)
+    return f" {name}={escape_controls(text if _PLAIN.fullmatch(text) else json.dumps(text, ensure_ascii=False))}"
+
+
 class TextFormatter(logging.Formatter):
-    """Plain lines (`--log-format text`): one line per record; the message's control characters are escaped.
-    (JSON lines escape them by construction.) A traceback, written by us, keeps its lines."""
+    """Plain lines (`--log-format text`): one line per record, the whitelisted extra fields after the message; the
+    message's and the fields' control characters are escaped. (JSON lines escape them by construction.) A traceback,
+    written by us, keeps its lines."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         safe = logging.makeLogRecord(record.__dict__)
-        safe.message = escape_controls(record.message)
+        safe.message = escape_controls(record.message) + "".join(
+            text_field(name, value) for name, value in extra_fields(record).items())
         return super().formatMessage(safe)
 
 

@@ -17,6 +17,7 @@ import functools
 import hashlib
 import hmac
 import logging
+import re
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
@@ -60,18 +61,21 @@ HEADERS = {
 
 # --- who may use it ---
 
+# The only shape a session token has: ASCII digits (an expiry before the year 2286), a dot, lowercase hex HMAC.
+_SESSION = re.compile(r"([0-9]{1,10})\.([0-9a-f]{64})")
+
+
 def session_token(key: bytes, expires: int) -> str:
     return f"{expires}.{hmac.new(key, f'workbench-session:{expires}'.encode(), hashlib.sha256).hexdigest()}"
 
 
 def session_valid(key: bytes, token: str | None, now: float) -> bool:
-    """Pure: a cookie value this key issued and that has not expired (constant-time comparison)."""
-    if not token or "." not in token or len(token) > 128:
+    """Pure: a cookie value this key issued and that has not expired (constant-time comparison). Any other shape
+    (non-ASCII or non-digit expiry, no dot, not hex, huge, an expiry nobody issues) is simply no session."""
+    parsed = _SESSION.fullmatch(token) if token and len(token) <= 128 else None
+    if parsed is None or int(parsed[1]) < now:
         return False
-    expires, _ = token.split(".", 1)
-    if not expires.isdigit() or int(expires) < now:
-        return False
-    return hmac.compare_digest(token.encode(), session_token(key, int(expires)).encode())
+    return hmac.compare_digest(parsed[0].encode("ascii"), session_token(key, int(parsed[1])).encode("ascii"))
 
 
 def authorised(request: web.Request) -> bool:

@@ -210,6 +210,7 @@ def create_app(
     app = web.Application(middlewares=[error_middleware(protocols, metrics)], handler_args={"lingering_time": 1.0})
     if workbench_key is not None:
         app[workbench.WORKBENCH_KEY] = workbench_key
+        app[workbench.GUARD] = workbench.Guard()
     app[METRICS] = metrics
     app[OPENAPI] = orjson.dumps(openapi.document(protocols))
 

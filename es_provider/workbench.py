@@ -4,9 +4,12 @@ ask why a chunk is not there.
 Routes exist only with `[workbench] enabled = true`; each of them needs the workbench's own key — as the login
 session cookie the page gets (HMAC of its expiry under the key, so every worker accepts it) or as `Authorization:
 Bearer <key>` for scripts — otherwise 401 and no content. The page and its script are static: no secret, no data.
+Guessing the key is bounded: every key presented (form or bearer) counts as a failure until it proves right, and
+an address with GUESSES_PER_ADDRESS failures in GUESS_WINDOW_S — or everybody, once GUESSES_IN_TOTAL — is answered
+429 before any body is read or key compared, the right key included (a session already opened still works).
 Answers are built by the protocols' own renderers from the retrieval flow's own result, and "why not?" by
-explain.py from acl.py's predicates. Every login, search and explain is logged (who, as whom), never the query or
-content.
+explain.py from acl.py's predicates. Every login, search and explain is logged (who, as whom, from where), never
+the query or content; a refused key by its keyed fingerprint, never the key.
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ import functools
 import hashlib
 import hmac
 import logging
+import math
 import re
+import secrets
 import time
 import urllib.parse
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -33,8 +39,9 @@ from es_provider.acl import Identity, ordered
 from es_provider.config import KnowledgeBase, RetrievalMode, Settings
 from es_provider.deadline import Budget, fixed_budget
 from es_provider.domain import SearchRequest, SearchResult
-from es_provider.errors import KnowledgeError, forbidden, protocol_error, unauthenticated
+from es_provider.errors import ErrorCode, KnowledgeError, forbidden, protocol_error, unauthenticated
 from es_provider.protocols import agentarts, dify, kit, sparktide
+from es_provider.protocols.kit import ERROR_CODE
 from es_provider.query import build_search
 from es_provider.retrieval import resolve_mode
 from es_provider.service import SERVICES, Services
@@ -48,6 +55,13 @@ WORKBENCH_KEY = web.AppKey("workbench_key", bytes)
 ProtocolName = Literal["sparktide", "agentarts", "dify"]
 PROTOCOLS: tuple[ProtocolName, ...] = ("sparktide", "agentarts", "dify")
 FAILED_LOGIN_DELAY_S = 1.0
+# Guessing (docs/workbench.md): wrong keys one client address, and all of them together, may present per window
+# (per process: `serve --workers N` allows N times the total). The address table's bound only caps memory: the
+# total already bounds the addresses with a failure in the window.
+GUESS_WINDOW_S = 60.0
+GUESSES_PER_ADDRESS = 5
+GUESSES_IN_TOTAL = 30
+MAX_ADDRESSES = 1024
 AGENTARTS_PAGE = 10  # AgentArts answers its first `limit` (default 10) results
 MAX_DOCUMENT_CHUNKS = 500
 HEADERS = {
@@ -78,12 +92,130 @@ def session_valid(key: bytes, token: str | None, now: float) -> bool:
     return hmac.compare_digest(parsed[0].encode("ascii"), session_token(key, int(parsed[1])).encode("ascii"))
 
 
-def authorised(request: web.Request) -> bool:
-    key = request.app[WORKBENCH_KEY]
-    if session_valid(key, request.cookies.get(COOKIE), time.time()):
+# Per process and never logged: a fingerprint lets a log reader tell wrong keys apart, not test guesses offline.
+_FINGERPRINT_KEY = secrets.token_bytes(32)
+
+
+def key_fingerprint(presented: bytes) -> str:
+    """8 hex digits of HMAC-SHA256 of a presented key under a random per-process key (comparable within one
+    process's log only)."""
+    return hmac.new(_FINGERPRINT_KEY, presented, hashlib.sha256).hexdigest()[:8]
+
+
+class Guard:
+    """Key attempts in the last `window_s`, per client address and in total. An attempt counts as a failure from
+    the moment it arrives until its key proves right (`forgive`), so concurrent logins cannot all be checked before
+    the first is counted; a refused attempt counts nothing, so waiting out a lockout does not extend it. Pure:
+    times are given."""
+
+    def __init__(self, *, window_s: float = GUESS_WINDOW_S, per_address: int = GUESSES_PER_ADDRESS,
+                 in_total: int = GUESSES_IN_TOTAL, max_addresses: int = MAX_ADDRESSES) -> None:
+        self._window_s = window_s
+        self._per_address = per_address
+        self._in_total = in_total
+        self._max_addresses = max_addresses
+        self._by_address: OrderedDict[str, deque[float]] = OrderedDict()  # least recently failed first
+        self._total: deque[float] = deque()
+
+    def wait(self, address: str | None, now: float) -> float:
+        """Seconds `address` (None: everybody) must wait before presenting a key; 0 when it may now."""
+        self._forget(now)
+        waits = [self._until_free(self._total, self._in_total, now)]
+        if address is not None:
+            waits.append(self._until_free(self._by_address.get(address), self._per_address, now))
+        return max(waits)
+
+    def try_key(self, address: str, now: float) -> float:
+        """0, and the attempt counted as a failure; or the seconds to wait, counting nothing."""
+        wait = self.wait(address, now)
+        if wait > 0:
+            return wait
+        mine = self._by_address.get(address)
+        if mine is None:
+            if len(self._by_address) >= self._max_addresses:
+                self._by_address.popitem(last=False)  # what an evicted address can still try, the total bounds
+            mine = self._by_address[address] = deque()
+        self._by_address.move_to_end(address)
+        mine.append(now)
+        self._total.append(now)
+        return 0.0
+
+    def forgive(self, address: str, attempted: float) -> None:
+        """The attempt counted at `attempted` had the right key: it is no failure."""
+        mine = self._by_address.get(address)
+        if mine is not None and attempted in mine:
+            mine.remove(attempted)
+            if not mine:
+                del self._by_address[address]
+        if attempted in self._total:
+            self._total.remove(attempted)
+
+    def addresses(self) -> int:
+        return len(self._by_address)
+
+    def _until_free(self, stamps: deque[float] | None, limit: int, now: float) -> float:
+        if stamps is None or len(stamps) < limit:
+            return 0.0
+        return max(0.0, stamps[-limit] + self._window_s - now)  # until the limit-th newest leaves the window
+
+    def _forget(self, now: float) -> None:
+        horizon = now - self._window_s
+        _drop_until(self._total, horizon)
+        while self._by_address:  # entries whose failures all left the window, least recently failed first
+            address, stamps = next(iter(self._by_address.items()))
+            _drop_until(stamps, horizon)
+            if stamps:
+                break
+            del self._by_address[address]
+        for stamps in self._by_address.values():  # few: the total bounds the entries with a live failure
+            _drop_until(stamps, horizon)
+
+
+def _drop_until(stamps: deque[float], horizon: float) -> None:
+    while stamps and stamps[0] <= horizon:
+        stamps.popleft()
+
+
+GUARD = web.AppKey("workbench_guard", Guard)
+
+
+def client(request: web.Request) -> str:
+    return request.remote or "unknown"
+
+
+def locked_out(request: web.Request, attempted: float) -> web.Response | None:
+    """Counts a key attempt from this client (before any body is read, before any comparison), or answers 429 at
+    once, with no pause to hold a connection open, when it or everybody has used up the window's failures."""
+    wait = request.app[GUARD].try_key(client(request), attempted)
+    if wait <= 0:
+        return None
+    seconds = math.ceil(wait)
+    log.info("workbench: key attempt refused while locked out", extra={"remote": client(request),
+                                                                        "retry_after_s": seconds})
+    response = error_response(KnowledgeError(ErrorCode.RATE_LIMITED,
+                                             safe_message="Too many wrong workbench keys; retry later."))
+    response.headers["Retry-After"] = str(seconds)
+    response[ERROR_CODE] = ErrorCode.RATE_LIMITED.value
+    return response
+
+
+def right_key(request: web.Request, presented: bytes, attempted: float, refusal: str) -> bool:
+    """Compares a presented key in constant time; a right one is forgiven its attempt, a wrong one is logged (by
+    fingerprint, with the client's address), and the lockout it may start too."""
+    guard = request.app[GUARD]
+    if hmac.compare_digest(presented, request.app[WORKBENCH_KEY]):
+        guard.forgive(client(request), attempted)
         return True
-    token = auth.bearer_token(request.headers.get("Authorization"))
-    return token is not None and hmac.compare_digest(token, key)
+    fields = {"remote": client(request)}
+    if presented:
+        fields["key_fingerprint"] = key_fingerprint(presented)
+    log.warning(refusal, extra=fields)
+    wait = guard.wait(client(request), attempted)
+    if wait > 0:
+        log.warning("workbench: locked out", extra={
+            "remote": client(request), "retry_after_s": math.ceil(wait),
+            "lockout": "everybody" if guard.wait(None, attempted) > 0 else "address"})
+    return False
 
 
 def public_origin(request: web.Request) -> str:
@@ -113,12 +245,20 @@ def guarded(handler: Handler, *, page: bool = False) -> Handler:
     async def run(request: web.Request) -> web.Response:
         if request.method == "POST" and not same_origin(request):
             raise forbidden("workbench: cross-origin request")
-        if not authorised(request):
-            if page:  # the login form, and nothing else
-                log.info("workbench: page asked for without the workbench key", extra={"remote": request.remote})
-                return _static("login.html", status=401)
-            raise unauthenticated("workbench: no valid session cookie or workbench key")
-        return await handler(request)
+        if session_valid(request.app[WORKBENCH_KEY], request.cookies.get(COOKIE), time.time()):
+            return await handler(request)  # a session is no guess: a lockout does not end it
+        presented = auth.bearer_token(request.headers.get("Authorization"))
+        if presented is not None:
+            attempted = time.monotonic()
+            if (refusal := locked_out(request, attempted)) is not None:
+                return refusal
+            if right_key(request, presented, attempted, "workbench: key refused"):
+                return await handler(request)
+        elif page:
+            log.info("workbench: page asked for without the workbench key", extra={"remote": client(request)})
+        if page:  # the login form, and nothing else
+            return _static("login.html", status=401)
+        raise unauthenticated("workbench: no valid session cookie or workbench key")
 
     return run
 
@@ -135,7 +275,7 @@ def _static(name: str, status: int = 200) -> web.Response:
 
 
 async def page(request: web.Request) -> web.Response:
-    log.info("workbench: page opened", extra={"remote": request.remote})
+    log.info("workbench: page opened", extra={"remote": client(request)})
     return _static("workbench.html")
 
 
@@ -146,17 +286,19 @@ async def script(request: web.Request) -> web.Response:
 async def login(request: web.Request) -> web.Response:
     if not same_origin(request):
         raise forbidden("workbench: cross-origin login")
+    attempted = time.monotonic()
+    if (refusal := locked_out(request, attempted)) is not None:  # before the body: a lockout costs nothing
+        return refusal
     services = request.app[SERVICES]
     # Through admission like every body (size and time bounded); the form is one urlencoded field.
     form = urllib.parse.parse_qs((await services.admission.body(request)).decode("utf-8", "replace"))
     given = form.get("key", [""])[0]
     key = request.app[WORKBENCH_KEY]
-    if not hmac.compare_digest(given.encode(), key):
-        log.warning("workbench: login refused", extra={"remote": request.remote})
-        await asyncio.sleep(FAILED_LOGIN_DELAY_S)  # guessing costs time
+    if not right_key(request, given.encode(), attempted, "workbench: login refused"):
+        await asyncio.sleep(FAILED_LOGIN_DELAY_S)  # guessing costs time on one connection; the Guard bounds many
         return _static("login.html", status=401)
     settings = services.settings
-    log.info("workbench: login", extra={"remote": request.remote})
+    log.info("workbench: login", extra={"remote": client(request)})
     response = _see_page()
     response.set_cookie(COOKIE, session_token(key, int(time.time() + settings.workbench.session_s)),
                         max_age=int(settings.workbench.session_s), path="/workbench", httponly=True,
@@ -268,7 +410,7 @@ async def search(request: web.Request) -> web.Response:
     kb = _kb(services, ask.knowledge_id)
     identity = identity_of(services.settings, ask)
     log.info("workbench: search", extra={"knowledge_id": kb.id, "as_tenant": ask.tenant, "as_subject": ask.subject,
-                                         "remote": request.remote})
+                                         "remote": client(request)})
     answers: dict[str, Any] = {}
     requests = {name: protocol_request(name, kb, identity, ask) for name in PROTOCOLS}  # bad input: 400, no search
     async with services.admission.slot("workbench"):
@@ -303,7 +445,7 @@ async def why(request: web.Request) -> web.Response:
     identity = identity_of(services.settings, ask)
     log.info("workbench: explain", extra={"knowledge_id": kb.id, "as_tenant": ask.tenant,
                                           "as_subject": ask.subject, "protocol": ask.protocol,
-                                          "remote": request.remote})
+                                          "remote": client(request)})
     wanted = protocol_request(ask.protocol, kb, identity, ask)
     retriever = services.retriever
     async with services.admission.slot("workbench"):
@@ -348,7 +490,7 @@ def _route(method: str, path: str, handler: Handler, summary: str, *, model: typ
                      answer={"type": "object"})
 
 
-# Added by create_app only when `[workbench] enabled = true` (with app[WORKBENCH_KEY] set).
+# Added by create_app only when `[workbench] enabled = true` (with app[WORKBENCH_KEY] and app[GUARD] set).
 PROTOCOL = kit.Protocol(
     name="workbench",
     prefixes=("/workbench",),

@@ -3,20 +3,26 @@ it impersonates; "why not?" names the rule (acl.py's predicates) or the rank; ev
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import re
+import time
 from typing import Any
 
+import aiohttp
 import pytest
 from helpers import oracle
 from helpers.calls import body, headers
-from helpers.setup import PRINCIPALS, SAMPLE_CORPUS, api_key, settings_for
+from helpers.served import Served, kb_entry, write_config
+from helpers.setup import PRINCIPALS, SAMPLE_CORPUS, TEST_ENV, api_key, settings_for
 
 from es_provider.app import create_app
 from es_provider.config import ConfigError, parse_settings
 from es_provider.errors import StartupError
 from es_provider.ingest.records import read_jsonl
 from es_provider.ingest.writer import ingest
+from es_provider.workbench import COOKIE, GUESSES_IN_TOTAL, GUESSES_PER_ADDRESS
 
 KEY = "workbench-key-0123456789"
 WORKBENCH = {"enabled": True, "key_ref": "WB_KEY"}
@@ -39,20 +45,28 @@ def wb(token: str = KEY) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
 
+def other_address(last: int) -> aiohttp.ClientSession:
+    """A client whose connections come from 127.0.0.<last> (all of 127/8 is this machine's loopback)."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(f"127.0.0.{last}", 0)))
+
+
 async def test_without_the_workbench_key_nothing_is_shown(bench, kb) -> None:
     page = await bench.get("/workbench")
     text = await page.text()
     assert page.status == 401 and 'name="key"' in text and "workbench.js" not in text
     ask = {"knowledge_id": kb.id, "tenant": "team-a", "subject": "u-alice", "query": QUERY}
-    for token in (None, "wrong-key", "test-api-key-0123456789"):  # none, a wrong one, a platform's API key
+    # none, a wrong one, a platform's API key; each from its own address (four wrong keys each, under the lockout)
+    for last, token in enumerate((None, "wrong-key", "test-api-key-0123456789"), start=20):
         sent = wb(token) if token else {"Content-Type": "application/json"}
-        for path in ("/workbench/api/search", "/workbench/api/explain"):
-            refused = await bench.post(path, json={**ask, "document_id": "install-spec"}, headers=sent)
-            answer = await refused.json()
-            assert refused.status == 401 and answer == {"error": {"code": "KNOWLEDGE_ACCESS_DENIED",
-                                                                  "message": "Authentication failed."}}
-        assert (await bench.get("/workbench/api/setup", headers=sent)).status == 401
-        assert (await bench.get("/workbench/workbench.js", headers=sent)).status == 401
+        async with other_address(last) as client:
+            for path in ("/workbench/api/search", "/workbench/api/explain"):
+                refused = await client.post(bench.make_url(path), json={**ask, "document_id": "install-spec"},
+                                            headers=sent)
+                answer = await refused.json()
+                assert refused.status == 401 and answer == {"error": {"code": "KNOWLEDGE_ACCESS_DENIED",
+                                                                      "message": "Authentication failed."}}
+            assert (await client.get(bench.make_url("/workbench/api/setup"), headers=sent)).status == 401
+            assert (await client.get(bench.make_url("/workbench/workbench.js"), headers=sent)).status == 401
     # A cross-site page cannot use an operator's session (nor the key).
     crossed = await bench.post("/workbench/api/search", json=ask, headers={**wb(), "Origin": "http://evil.example"})
     assert crossed.status == 403
@@ -185,3 +199,127 @@ def test_the_workbench_key_is_its_own(opensearch, kb) -> None:
         create_app(settings, environ={**TEST_ENV, "WB_KEY": TEST_ENV["TEST_CALLBACK_KEY"]})
     with pytest.raises(StartupError, match="at least 16 characters"):
         create_app(settings, environ={**TEST_ENV, "WB_KEY": "short"})
+
+
+# --- issue 27: the audit trail, guessing the key, a malformed cookie ---
+
+
+@pytest.mark.parametrize("log_format", ["json", "text"])
+async def test_the_served_log_says_who_asked_as_whom_and_who_was_refused(opensearch, kb, tmp_path,
+                                                                          log_format) -> None:
+    config = write_config(tmp_path / "config.toml", opensearch.url, [kb_entry(kb.alias)], principals=PRINCIPALS)
+    with config.open("a", encoding="utf-8") as handle:
+        handle.write('\n[workbench]\nenabled = true\nkey_ref = "WB_KEY"\n')
+    served = Served(config, {**TEST_ENV, "WB_KEY": KEY, "OPENSEARCH_URL": opensearch.url},
+                    tmp_path / "service.log", args=("--log-format", log_format))
+    forged = "u-bob\n2026-01-01 00:00:00,000 CRITICAL es_provider.security forged"
+    wrong = "wrong-key-0123456789"
+    try:
+        async with aiohttp.ClientSession(served.base) as client:
+            ask = {"knowledge_id": "project-documents", "tenant": "team-a", "subject": "u-alice", "query": QUERY}
+            assert (await client.post("/workbench/api/search", json=ask, headers=wb())).status == 200
+            explained = await client.post("/workbench/api/explain", headers=wb(), json={
+                **ask, "subject": forged, "protocol": "dify", "document_id": "install-spec"})
+            assert explained.status == 200
+            assert (await client.post("/workbench/api/search", json=ask, headers=wb(wrong))).status == 401
+            assert (await client.post("/workbench/login", data={"key": wrong})).status == 401
+    finally:
+        served.stop()
+    logged = served.logs()
+    assert QUERY not in logged and KEY not in logged and wrong not in logged
+    assert not any(line.startswith("2026-01-01") for line in logged.splitlines())
+    if log_format == "json":
+        lines = [json.loads(line) for line in logged.splitlines() if line.startswith("{")]
+        by_message = {line["message"]: line for line in lines if line["logger"] == "es_provider.workbench"}
+        assert {k: by_message["workbench: search"].get(k) for k in ("knowledge_id", "as_tenant", "as_subject",
+                                                                     "remote")} == {
+            "knowledge_id": "project-documents", "as_tenant": "team-a", "as_subject": "u-alice", "remote": "127.0.0.1"}
+        assert by_message["workbench: explain"]["protocol"] == "dify"
+        assert by_message["workbench: explain"]["as_subject"] == forged
+        refused = [line for line in lines if line["message"] in ("workbench: key refused", "workbench: login refused")]
+        assert len(refused) == 2 and all(line["remote"] == "127.0.0.1" for line in refused)
+        assert len({line["key_fingerprint"] for line in refused}) == 1  # the same wrong key, twice
+        assert re.fullmatch("[0-9a-f]{8}", refused[0]["key_fingerprint"])
+    else:
+        search = next(line for line in logged.splitlines() if "workbench: search" in line)
+        for field in ("knowledge_id=project-documents", "as_tenant=team-a", "as_subject=u-alice",
+                      "remote=127.0.0.1"):
+            assert field in search
+        explain_line = next(line for line in logged.splitlines() if "workbench: explain" in line)
+        assert "protocol=dify" in explain_line and 'as_subject="u-bob\\n2026-01-01' in explain_line
+        refused = [line for line in logged.splitlines() if "workbench: key refused" in line
+                   or "workbench: login refused" in line]
+        assert len(refused) == 2
+        assert all(re.search(r"remote=127\.0\.0\.1 key_fingerprint=[0-9a-f]{8}", line) for line in refused)
+
+
+async def test_guessing_the_bearer_key_locks_the_address_out(bench, kb, caplog) -> None:
+    caplog.set_level(logging.INFO)
+    done = await bench.post("/workbench/login", data={"key": KEY}, allow_redirects=False)
+    session = done.cookies[COOKIE].value
+    bench.session.cookie_jar.clear()
+    ask = {"knowledge_id": kb.id, "tenant": "team-a", "subject": "u-alice", "query": QUERY}
+    started = time.monotonic()
+    statuses = [(await bench.post("/workbench/api/search", json=ask, headers=wb(f"guess-{i}-0123456789"))).status
+                for i in range(GUESSES_PER_ADDRESS + 3)]
+    assert statuses == [401] * GUESSES_PER_ADDRESS + [429] * 3
+    locked = await bench.get("/workbench/api/setup", headers=wb())  # the right key too, while locked
+    assert locked.status == 429 and 0 < int(locked.headers["Retry-After"]) <= 60
+    assert (await locked.json())["error"]["code"] == "KNOWLEDGE_RATE_LIMITED"
+    assert time.monotonic() - started < 5  # refused at once, no pause to hold connections with
+    # A session already opened is not a guess: it still works from the locked address.
+    opened = await bench.get("/workbench/api/setup", headers={"Cookie": f"{COOKIE}={session}"})
+    assert opened.status == 200
+    async with other_address(2) as elsewhere:
+        assert (await elsewhere.get(bench.make_url("/workbench/api/setup"), headers=wb())).status == 200
+    logged = [r for r in caplog.records if r.name == "es_provider.workbench"]
+    refused = [r for r in logged if r.getMessage() == "workbench: key refused"]
+    assert len(refused) == GUESSES_PER_ADDRESS and all(r.remote == "127.0.0.1" for r in refused)
+    assert len({r.key_fingerprint for r in refused}) == GUESSES_PER_ADDRESS  # five different guesses
+    assert any(r.getMessage() == "workbench: locked out" and r.remote == "127.0.0.1" for r in logged)
+
+
+async def test_guessing_through_the_login_form_is_counted_before_the_body(bench) -> None:
+    # Concurrent wrong logins: each counts from the moment it arrives, so they cannot all slip in at once.
+    started = time.monotonic()
+    answers = await asyncio.gather(*(bench.post("/workbench/login", data={"key": f"guess-{i}"},
+                                                allow_redirects=False) for i in range(GUESSES_PER_ADDRESS + 5)))
+    assert sorted(a.status for a in answers) == [401] * GUESSES_PER_ADDRESS + [429] * 5
+    assert time.monotonic() - started < 4  # the 1 s pauses run side by side
+    right = await bench.post("/workbench/login", data={"key": KEY}, allow_redirects=False)
+    assert right.status == 429 and "Set-Cookie" not in right.headers
+    # Refused before any body is read: a body that never comes does not hold the answer.
+    reader, writer = await asyncio.open_connection("127.0.0.1", bench.port)
+    writer.write(b"POST /workbench/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded"
+                 b"\r\nContent-Length: 1000\r\n\r\nkey=")
+    await writer.drain()
+    status = await asyncio.wait_for(reader.readline(), timeout=3)
+    assert status.startswith(b"HTTP/1.1 429"), status
+    writer.close()
+
+
+async def test_guessing_from_many_addresses_locks_everybody_out(bench) -> None:
+    per_address = GUESSES_PER_ADDRESS - 1
+    addresses = -(-GUESSES_IN_TOTAL // per_address)
+    statuses = []
+    for last in range(10, 10 + addresses):
+        async with other_address(last) as guesser:
+            for i in range(per_address):
+                answer = await guesser.get(bench.make_url("/workbench/api/setup"), headers=wb(f"guess-{last}-{i}"))
+                statuses.append(answer.status)
+    assert statuses[:GUESSES_IN_TOTAL] == [401] * GUESSES_IN_TOTAL and set(statuses[GUESSES_IN_TOTAL:]) <= {429}
+    async with other_address(200) as operator:  # an address that never guessed, with the right key
+        assert (await operator.get(bench.make_url("/workbench/api/setup"), headers=wb())).status == 429
+
+
+async def test_a_malformed_cookie_is_no_session(bench, caplog) -> None:
+    caplog.set_level(logging.INFO)
+    for value in ("².x", "¹⁷.ab", "x" * 4000, "1.2.3", "abc", "9" * 40 + ".00", "%FF%FE.x", '"quoted.x"'):
+        cookie = {"Cookie": f"{COOKIE}={value}"}
+        page = await bench.get("/workbench", headers=cookie)
+        assert page.status == 401 and 'name="key"' in await page.text(), value
+        assert (await bench.get("/workbench/api/setup", headers=cookie)).status == 401, value
+        assert (await bench.get("/workbench/workbench.js", headers=cookie)).status == 401, value
+        assert (await bench.get("/workbench/api/setup", headers={**cookie, **wb()})).status == 200, value
+        assert (await bench.get("/workbench", headers={**cookie, **wb()})).status == 200, value
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]

@@ -35,7 +35,13 @@ class Admission:
 
     async def body(self, request: web.Request) -> bytes:
         """The raw body: refused (413) as soon as it exceeds `max_body_bytes`, whatever Content-Length claims;
-        cut off (408) when it has not arrived whole within `body_timeout_s`."""
+        cut off (408) when it has not arrived whole within `body_timeout_s`. A compressed body (any
+        Content-Encoding but identity) is refused (415) unread: no platform we serve sends one, and it is never
+        inflated (app.py turns aiohttp's decompression off)."""
+        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise protocol_error("content encoding must be identity (compressed bodies are not accepted)",
+                                 status=415, detail=f"Content-Encoding {encoding[:40]!r} refused")
         if request.content_length is not None and request.content_length > self._max_bytes:
             raise protocol_error("body is too large", status=413)
         buf = bytearray()

@@ -26,6 +26,14 @@ MAX_CONDITIONS = 100
 # side, whose size grows with the value's UTF-8 length: at 128 characters every plane passed (300 random values on
 # OpenSearch 2.19); `contains` failed from about 315 ASCII characters, `start with` from 256 four-byte ones.
 MAX_PATTERN_CHARS = 128
+# A leading-wildcard pattern (`contains`, `not contains`, `end with`) makes the engine build an automaton and run it
+# over the field's whole term dictionary, before any timeout or cancellation can act: 100 such conditions of 128
+# four-byte characters cost OpenSearch 2.5 s of CPU for any key. So a request's patterns share one budget: at most
+# 16 pattern conditions, and at most 512 UTF-8 bytes of leading-wildcard values in all (one longest value fits; on
+# 5,000 distinct values the worst allowed request costs ~25 ms, docs/reliability.md §11). Prefixes are cheap.
+MAX_PATTERN_CONDITIONS = 16
+MAX_PATTERN_BYTES = 512
+LEADING_WILDCARD_OPS = ("contains", "not contains", "end with")
 MAX_TERM_CHARS = 1024  # is / is not / in / not in: plain term lookups
 MAX_SET_VALUES = 1000
 
@@ -64,7 +72,10 @@ def _number(value: Any, where: str) -> float:
     if isinstance(value, bool):
         raise ConditionError(f"{where}: value must be a number")
     if isinstance(value, int | float):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # a JSON integer beyond a double (400 nines)
+            raise ConditionError(f"{where}: value must be a finite number") from None
     elif isinstance(value, str):
         try:
             number = float(value.strip())
@@ -81,6 +92,16 @@ def _scalar(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int | float) and not isinstance(value, bool))
 
 
+def _checked_scalar(value: Any, operator: str, where: str) -> Any:
+    """A string or number for a term operator; an integer no double can hold is refused here, whatever the key's
+    mapped type (so the answer does not depend on other tenants' chunks)."""
+    if not _scalar(value):
+        raise ConditionError(f"{where}: '{operator}' needs a string or number value")
+    if isinstance(value, int):
+        _number(value, where)
+    return _bounded(value, MAX_TERM_CHARS, operator, where)
+
+
 def _bounded(value: Any, limit: int, operator: str, where: str) -> Any:
     if isinstance(value, str) and len(value) > limit:
         raise ConditionError(f"{where}: '{operator}' takes a value of at most {limit} characters")
@@ -93,9 +114,7 @@ def _check_value(operator: str, value: Any, where: str) -> Any:
             raise ConditionError(f"{where}: '{operator}' needs a string value")
         return _bounded(value, MAX_PATTERN_CHARS, operator, where)
     if operator in EQUALITY_OPS:
-        if not _scalar(value):
-            raise ConditionError(f"{where}: '{operator}' needs a string or number value")
-        return _bounded(value, MAX_TERM_CHARS, operator, where)
+        return _checked_scalar(value, operator, where)
     if operator in PRESENCE_OPS:
         return None
     if operator in SET_OPS:
@@ -107,7 +126,7 @@ def _check_value(operator: str, value: Any, where: str) -> Any:
             raise ConditionError(f"{where}: '{operator}' needs a list or a comma-separated string")
         if len(values) > MAX_SET_VALUES:
             raise ConditionError(f"{where}: '{operator}' takes at most {MAX_SET_VALUES} values")
-        return tuple(_bounded(v, MAX_TERM_CHARS, operator, where) for v in values)
+        return tuple(_checked_scalar(v, operator, where) for v in values)
     # comparisons and times
     return _number(value, where)
 
@@ -152,7 +171,21 @@ def parse(logical_operator: str | None, conditions: list[Any] | None) -> Conditi
         raise ConditionError(f"metadata_condition has more than {MAX_CONDITIONS} conditions")
     parsed = [parse_one(raw, f"metadata_condition.conditions[{i}]") for i, raw in enumerate(conditions)]
     kept = tuple(c for c in parsed if c is not None)
+    check_pattern_budget(kept)
     return Conditions(combined, kept) if kept else None
+
+
+def check_pattern_budget(conditions: tuple[Condition, ...]) -> None:
+    """The engine's cost of a request's patterns, bounded before it is asked (MAX_PATTERN_CONDITIONS/BYTES)."""
+    patterns = [c for c in conditions if c.operator in STRING_OPS]
+    if len(patterns) > MAX_PATTERN_CONDITIONS:
+        raise ConditionError(f"metadata_condition has more than {MAX_PATTERN_CONDITIONS} pattern conditions "
+                             f"({', '.join(STRING_OPS)})")
+    wildcard_bytes = sum(len(c.value.encode("utf-8", "surrogatepass")) for c in patterns
+                         if c.operator in LEADING_WILDCARD_OPS)
+    if wildcard_bytes > MAX_PATTERN_BYTES:
+        raise ConditionError(f"metadata_condition's {', '.join(LEADING_WILDCARD_OPS)} values exceed "
+                             f"{MAX_PATTERN_BYTES} UTF-8 bytes in all")
 
 
 def _escape_wildcard(text: str) -> str:

@@ -58,6 +58,15 @@ def test_translate_one(name: str, op: str, value: object, clause: dict) -> None:
         ([{"name": ".a", "comparison_operator": "is", "value": "x"}], "name"),
         (["not an object"], "object"),
         ([{"name": "a", "comparison_operator": "is", "value": "x"}] * 101, "more than 100"),
+        # A JSON integer no double holds: 400, whatever the key's mapped type (was a 503 and an OverflowError).
+        ([{"name": "a", "comparison_operator": "is", "value": 10**400}], "finite"),
+        ([{"name": "a", "comparison_operator": "=", "value": 10**400}], "finite"),
+        ([{"name": "a", "comparison_operator": "in", "value": [1, 10**400]}], "finite"),
+        # The engine's cost of patterns is bounded per request (was 100 x 128 characters, 2.5 s of engine CPU).
+        ([{"name": "a", "comparison_operator": "start with", "value": "x"}] * 17, "more than 16 pattern"),
+        ([{"name": "a", "comparison_operator": "contains", "value": "*?" * 64}] * 5, "512 UTF-8 bytes"),
+        ([{"name": "a", "comparison_operator": "end with", "value": "😀" * 100},
+          {"name": "b", "comparison_operator": "not contains", "value": "😀" * 29}], "512 UTF-8 bytes"),
     ],
 )
 def test_parse_refuses(conditions: list, error: str) -> None:
@@ -115,3 +124,16 @@ def test_only_blank_conditions_impose_nothing() -> None:
 def test_malformed_conditions_stay_errors(condition: dict) -> None:
     with pytest.raises(ConditionError):
         parse("and", [condition])
+
+
+@pytest.mark.parametrize(
+    "conditions",
+    [
+        [{"name": "a", "comparison_operator": "contains", "value": "😀" * 128}],  # the longest value alone: 512 bytes
+        [{"name": "a", "comparison_operator": "contains", "value": "x" * 32}] * 16,
+        [{"name": "a", "comparison_operator": "start with", "value": "😀" * 128}] * 16,  # prefixes are cheap
+        [{"name": "a", "comparison_operator": "is", "value": 10**300}],
+    ],
+)
+def test_parse_accepts_what_fits_the_budget(conditions: list) -> None:
+    assert parse("or", conditions) is not None

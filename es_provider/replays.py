@@ -30,7 +30,7 @@ class SharedReplays:
     def __init__(self, engine: Engine, index: str) -> None:
         self._engine = engine
         self._index = index
-        self._used = False  # the index exists (this process wrote to it): worth sweeping
+        self._used = False  # the index exists (this process wrote to it, or found it): worth sweeping
 
     async def first_use(self, digest: str, expires_at: float, budget: Budget) -> bool:
         """True for the first use of this signature anywhere; False for a replay. An engine failure raises (the
@@ -47,12 +47,14 @@ class SharedReplays:
         return await self._engine.delete_by_query(self._index, query, refresh=False)
 
     async def sweep(self, every_s: float) -> None:
-        """Runs for the life of the app: forgets expired signatures every `every_s`."""
+        """Runs for the life of the app: forgets expired signatures every `every_s`. An index that other processes
+        (or this one's previous life) made is swept too, though this process has had no signed call yet."""
         while True:
             await asyncio.sleep(every_s)
-            if not self._used:
-                continue
             try:
+                self._used = self._used or await self._engine.index_exists(self._index)
+                if not self._used:
+                    continue
                 await self.forget_expired()
             except KnowledgeError as exc:
                 log.warning("could not forget expired signatures: %s", exc.detail)

@@ -142,7 +142,7 @@ async def test_metadata_value_bounds_do_not_depend_on_other_tenants(engine, kb, 
     records = [{"document_id": "mine", "content": "alpha mine", "tenant_id": "team-a", "acl": {"public": True},
                 "metadata": {"shared_key": "x"}},
                {"document_id": "theirs", "content": "alpha theirs", "tenant_id": "team-b", "acl": {"public": True},
-                "metadata": {"only_team_b": "secret-project-name"}}]
+                "metadata": {"only_team_b": "secret-project-name", "team_b_number": 7}}]
     await load_records(engine, kb, records)
     client = await client_for(kb, api_keys=[api_key([kb.id])])
 
@@ -162,6 +162,15 @@ async def test_metadata_value_bounds_do_not_depend_on_other_tenants(engine, kb, 
         for value in ("s" * 128, "中" * 128, "\U00020000" * 128, "a" * 128):
             status, _ = await ask("only_team_b", operator, value)
             assert status == 200, (operator, value[:3])
+
+    # An integer beyond a double: the same 400 whether another tenant maps the key as a number or nobody has it
+    # (it was a 503 exactly when team-b's chunks held the key: an oracle for another tenant's key names).
+    for operator in ("is", "is not", "=", "≥", "in"):
+        huge = [int("9" * 400)] if operator == "in" else int("9" * 400)
+        elsewhere = await ask("team_b_number", operator, huge)
+        nowhere = await ask("nobody_has_this", operator, huge)
+        assert elsewhere == nowhere, (operator, elsewhere, nowhere)
+        assert elsewhere[0] == 400 and "finite number" in elsewhere[1]["error_msg"], elsewhere
 
 
 # --- 4. the longest query of every script class is answered ---
@@ -336,3 +345,59 @@ def test_logs_are_not_forged_and_disconnects_are_not_failures(text_logged: Serve
     assert "client disconnected" in logs
     assert 'code="CLIENT_DISCONNECTED",route="/agent/knowledge/{knowledge_id}/{version}",status="499"' in metrics
     assert "KNOWLEDGE_UNAVAILABLE" not in metrics
+
+
+async def test_a_process_sweeps_the_replay_index_before_its_first_signed_call(engine) -> None:
+    """A restarted process (or one that never gets a signed call) still forgets expired signatures that others
+    wrote: the sweep used to start only after this process's own first signed callback."""
+    from es_provider.deadline import fixed_budget
+    from es_provider.replays import SharedReplays
+
+    index = f"test-replays-{uuid.uuid4().hex}"
+    writer = SharedReplays(engine, index)
+    budget = fixed_budget(5000, now_monotonic=time.monotonic())
+    assert await writer.first_use("expired-digest", time.time() - 1, budget)
+    await engine.refresh(index)
+    fresh = SharedReplays(engine, index)
+    sweeping = asyncio.create_task(fresh.sweep(0.05))
+    try:
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            await engine.refresh(index)
+            found = await engine.search(index, {"query": {"match_all": {}}}, fixed_budget(
+                5000, now_monotonic=time.monotonic()))
+            left = found.get("hits", {}).get("hits", [])  # filter_path drops an empty list
+            if not left:
+                break
+        assert not left, "the expired signature was never swept"
+    finally:
+        sweeping.cancel()
+        await engine.delete_index(index)
+
+
+async def test_a_search_stops_on_the_engine_when_its_budget_ends(engine, kb) -> None:
+    """When a request's budget ends, its search's connection is closed, and the engine cancels the search task
+    (OpenSearch and Elasticsearch cancel a search whose HTTP channel closed): it does not go on burning CPU."""
+    from es_provider.deadline import fixed_budget
+    from es_provider.errors import KnowledgeError
+
+    await load_records(engine, kb, [{"document_id": f"d{i}", "content": f"alpha {i}", "tenant_id": "team-a",
+                                     "acl": {"public": True}} for i in range(2000)])
+    # 400,000 square roots per chunk: seconds of engine CPU when not cancelled.
+    slow = {"size": 5, "query": {"script_score": {"query": {"match_all": {}}, "script": {
+        "source": "double s = 0; for (int i = 0; i < 400000; i++) { s += Math.sqrt(i); } return s;"}}}}
+
+    async def search_tasks() -> int:
+        tasks = await engine._client.tasks.list(actions="*search*")
+        return sum(len(node["tasks"]) for node in tasks["nodes"].values())
+
+    started = time.monotonic()
+    with pytest.raises(KnowledgeError):
+        await engine.search(kb.alias, slow, fixed_budget(300, now_monotonic=time.monotonic()))
+    assert time.monotonic() - started < 1.0
+    for _ in range(40):
+        if await search_tasks() == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert await search_tasks() == 0, "the engine kept running a search whose budget had ended"
+    assert time.monotonic() - started < 1.5  # uncancelled, this search runs ~2.5 s here

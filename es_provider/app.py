@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import os
 import time
@@ -37,6 +38,7 @@ CLIENT_CLOSED = 499
 ENGINE = web.AppKey("engine", Engine)
 METRICS = web.AppKey("metrics", Metrics)
 OPENAPI = web.AppKey("openapi", bytes)
+METRICS_TOKEN = web.AppKey("metrics_token", bytes)
 
 
 async def healthz(_: web.Request) -> web.Response:
@@ -127,6 +129,12 @@ def log_exposure(settings: Settings) -> None:
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:
+    token = request.app.get(METRICS_TOKEN)
+    if token is not None:
+        presented = auth.bearer_token(request.headers.get("Authorization"))
+        if presented is None or not hmac.compare_digest(presented, token):
+            log.info("refused /metrics from %s: missing or wrong metrics token", request.remote)
+            return web.Response(status=401, headers={"WWW-Authenticate": "Bearer"})
     return web.Response(body=request.app[METRICS].exposition(), content_type="text/plain", charset="utf-8")
 
 
@@ -187,6 +195,14 @@ async def require_knn(engine: Engine, settings: Settings) -> None:
         )
 
 
+def _own_secret(ref: str, credentials: auth.Credentials, environ: Mapping[str, str] | None, what: str) -> bytes:
+    """An operator credential that must not open anything else: not a platform's secret or API key."""
+    secret = auth.read_secret(ref, os.environ if environ is None else environ)
+    if secret in credentials.callback_secrets.values() or any(secret == k for k, _ in credentials.api_keys):
+        raise StartupError(f"the {what} ({ref}) must be its own credential, not a platform's secret or API key")
+    return secret
+
+
 def create_app(
     settings: Settings, environ: Mapping[str, str] | None = None, protocols: tuple[Protocol, ...] = PROTOCOLS
 ) -> web.Application:
@@ -196,10 +212,7 @@ def create_app(
     log_exposure(settings)
     workbench_key = None
     if settings.workbench.enabled and settings.workbench.key_ref is not None:
-        workbench_key = auth.read_secret(settings.workbench.key_ref, os.environ if environ is None else environ)
-        if workbench_key in credentials.callback_secrets.values() or any(
-                workbench_key == k for k, _ in credentials.api_keys):
-            raise StartupError("the workbench key must be its own credential, not a platform's secret or API key")
+        workbench_key = _own_secret(settings.workbench.key_ref, credentials, environ, "workbench key")
         if len(workbench_key) < MIN_WORKBENCH_KEY:
             raise StartupError(f"the workbench key ({settings.workbench.key_ref}) must be at least "
                                f"{MIN_WORKBENCH_KEY} characters")
@@ -215,6 +228,8 @@ def create_app(
         app[workbench.WORKBENCH_KEY] = workbench_key
         app[workbench.GUARD] = workbench.Guard()
     app[METRICS] = metrics
+    if settings.server.metrics_token_ref is not None:
+        app[METRICS_TOKEN] = _own_secret(settings.server.metrics_token_ref, credentials, environ, "metrics token")
     app[OPENAPI] = orjson.dumps(openapi.document(protocols))
 
     # Models load now too: a missing package or embedding key stops the service at start.

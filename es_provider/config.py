@@ -60,6 +60,9 @@ class ServerSettings(StrictModel):
     # callback, docs/benchmarks.md); "memory": this process only (one process, one instance).
     replay_store: Literal["engine", "memory"] = "engine"
     replay_index: str = Field(default="es-provider-replays", pattern=r"^[a-z0-9][a-z0-9_.-]{0,200}$")
+    # `GET /metrics` carries counts and timings only (no ids, content or secrets) and is open by default, for a
+    # scraper on a private port; naming an environment variable here makes it ask for `Bearer <that secret>`.
+    metrics_token_ref: str | None = None
 
 
 Language = Literal["en", "zh"]

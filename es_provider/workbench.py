@@ -119,10 +119,13 @@ class Guard:
 
     def wait(self, address: str | None, now: float) -> float:
         """Seconds `address` (None: everybody) must wait before presenting a key; 0 when it may now."""
-        self._forget(now)
+        horizon = now - self._window_s
+        self._forget(horizon)
         waits = [self._until_free(self._total, self._in_total, now)]
-        if address is not None:
-            waits.append(self._until_free(self._by_address.get(address), self._per_address, now))
+        mine = self._by_address.get(address) if address is not None else None
+        if mine is not None:
+            _drop_until(mine, horizon)
+            waits.append(self._until_free(mine, self._per_address, now))
         return max(waits)
 
     def try_key(self, address: str, now: float) -> float:
@@ -153,13 +156,12 @@ class Guard:
     def addresses(self) -> int:
         return len(self._by_address)
 
-    def _until_free(self, stamps: deque[float] | None, limit: int, now: float) -> float:
-        if stamps is None or len(stamps) < limit:
+    def _until_free(self, stamps: deque[float], limit: int, now: float) -> float:
+        if len(stamps) < limit:
             return 0.0
         return max(0.0, stamps[-limit] + self._window_s - now)  # until the limit-th newest leaves the window
 
-    def _forget(self, now: float) -> None:
-        horizon = now - self._window_s
+    def _forget(self, horizon: float) -> None:
         _drop_until(self._total, horizon)
         while self._by_address:  # entries whose failures all left the window, least recently failed first
             address, stamps = next(iter(self._by_address.items()))
@@ -167,8 +169,6 @@ class Guard:
             if stamps:
                 break
             del self._by_address[address]
-        for stamps in self._by_address.values():  # few: the total bounds the entries with a live failure
-            _drop_until(stamps, horizon)
 
 
 def _drop_until(stamps: deque[float], horizon: float) -> None:

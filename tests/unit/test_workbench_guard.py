@@ -82,3 +82,12 @@ def test_a_fingerprint_is_short_stable_within_the_process_and_keyed(key: bytes) 
     assert re.fullmatch("[0-9a-f]{8}", print_) and key_fingerprint(key) == print_
     assert print_ != hashlib.sha256(key).hexdigest()[:8]  # keyed: a log reader cannot test guesses offline
     assert key_fingerprint(key + b"!") != print_
+
+
+def test_a_patient_guesser_holds_no_more_than_its_window() -> None:
+    guard = Guard()
+    for minute in range(100):  # five wrong keys a minute, for 100 minutes, while others keep failing too
+        for t in range(GUESSES_PER_ADDRESS):
+            assert guard.try_key(A, minute * W + t) == 0
+            guard.try_key(f"203.0.113.{minute}", minute * W + t)
+    assert len(guard._by_address[A]) == GUESSES_PER_ADDRESS

@@ -102,6 +102,13 @@ def _check_by_query(response: dict[str, Any]) -> None:
         raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{len(failures)} write(s) failed: {failures[0]}")
 
 
+class VersionConflict(KnowledgeError):
+    """A conditional write (if_seq_no/if_primary_term, or a create) found the document changed or present."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(ErrorCode.UNAVAILABLE, status=409, detail=detail)
+
+
 class AliasMoved(KnowledgeError):
     """A reindex swapped the alias while a write through it ran: the write may have changed the retired index."""
 
@@ -315,11 +322,14 @@ class Engine:
 
         return await self._call(budget, run)
 
-    async def scan(self, index: str, *, page: int = 500) -> AsyncIterator[dict[str, Any]]:
-        """Every document of `index` (id and _source), in pages, under one point-in-time-free scroll."""
+    async def scan(self, index: str, *, page: int = 500,
+                   query: dict[str, Any] | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Every document of `index` (id and _source) matching `query` (all by default), in pages, under one
+        point-in-time-free scroll."""
         with engine_errors():
             async for hit in async_scan(self._client, index=index, size=page, scroll="5m",
-                                        request_timeout=self._timeout_s, query={"query": {"match_all": {}}}):
+                                        request_timeout=self._timeout_s,
+                                        query={"query": query or {"match_all": {}}}):
                 yield hit
 
     async def mapped_fields(self, index: str, fields: tuple[str, ...], budget: Budget) -> set[str]:
@@ -594,6 +604,101 @@ class Engine:
             raise AssertionError("unreachable")  # pragma: no cover
 
         return await self._call(budget, run, retry=False)
+
+    # --- documents by id (the principal store) ---
+
+    async def get_documents(self, index: str, ids: list[str], budget: Budget | None = None) -> list[dict[str, Any]]:
+        """The documents under `ids` that exist, each with `_id`, `_source`, `_seq_no` and `_primary_term`, read
+        in real time (an `_mget`, no refresh needed). A missing index holds none. On the search door: a POST."""
+        payload = orjson.dumps({"ids": ids})
+
+        async def run(_: float) -> list[dict[str, Any]]:
+            try:
+                answer = await self._door.post(f"/{index}/_mget", payload)
+            except TransportError as exc:
+                if exc.status_code == 404:
+                    return []
+                raise
+            found = []
+            for doc in answer.get("docs") or ():
+                if doc.get("error") is not None and "index_not_found" not in str(doc["error"]):
+                    raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"document read failed: {doc['error']}")
+                if doc.get("found"):
+                    found.append(doc)
+            return found
+
+        return await self._call(budget, run)
+
+    async def put_document(self, index: str, doc_id: str, document: dict[str, Any], *, create: bool = False,
+                           if_seq_no: int | None = None, if_primary_term: int | None = None,
+                           index_body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Writes one document and refreshes (a search right after sees it); its `_seq_no`, `_primary_term` and
+        `_version`. `create` refuses an existing id, `if_seq_no`/`if_primary_term` a changed one: both raise
+        VersionConflict. A missing index is made with `index_body` first. Not retried once sent (a lost answer
+        to a conditional write that happened would read as a conflict)."""
+        params: dict[str, Any] = {"refresh": "true"}
+        if create:
+            params["op_type"] = "create"
+        if if_seq_no is not None and if_primary_term is not None:
+            params["if_seq_no"], params["if_primary_term"] = if_seq_no, if_primary_term
+
+        async def run(left: float) -> dict[str, Any]:
+            for attempt in range(2):  # the second only after making the missing index
+                try:
+                    answer: dict[str, Any] = await self._client.index(
+                        index=index, id=doc_id, body=document, params=params, request_timeout=left)
+                    return answer
+                except TransportError as exc:
+                    if exc.status_code == 409:
+                        raise VersionConflict(f"{doc_id} changed or exists") from None
+                    if exc.status_code != 404 or index_body is None or attempt:
+                        raise
+                    await self._make_index(index, index_body, left)
+            raise AssertionError("unreachable")  # pragma: no cover
+
+        return await self._call(None, run, retry=False)
+
+    async def delete_document(self, index: str, doc_id: str, *, if_seq_no: int | None = None,
+                              if_primary_term: int | None = None) -> bool:
+        """Deletes one document and refreshes: True when it was there. A changed one (if_seq_no) raises
+        VersionConflict."""
+        params: dict[str, Any] = {"refresh": "true"}
+        if if_seq_no is not None and if_primary_term is not None:
+            params["if_seq_no"], params["if_primary_term"] = if_seq_no, if_primary_term
+
+        async def run(left: float) -> bool:
+            try:
+                await self._client.delete(index=index, id=doc_id, params=params, request_timeout=left)
+                return True
+            except NotFoundError:
+                return False
+            except TransportError as exc:
+                if exc.status_code == 409:
+                    raise VersionConflict(f"{doc_id} changed") from None
+                raise
+
+        return await self._call(None, run, retry=False)
+
+    async def search_documents(self, index: str, query: dict[str, Any], *, size: int = 10_000,
+                               budget: Budget | None = None) -> list[dict[str, Any]]:
+        """Every hit of `query` (at most `size`, which must not pass the index's max_result_window: use `scan`
+        for more), with `_id`, `_source`, `_seq_no` and `_primary_term`, in `_id` order; a missing index holds
+        none. For the principal store's small, refreshed index."""
+        body = {"query": query, "size": size, "seq_no_primary_term": True}
+        payload = orjson.dumps(body)
+
+        async def run(_: float) -> list[dict[str, Any]]:
+            try:
+                answer = await self._door.post(f"/{index}/_search", payload)
+            except TransportError as exc:
+                if exc.status_code == 404:
+                    return []
+                raise
+            _check_search(answer)
+            hits: list[dict[str, Any]] = answer.get("hits", {}).get("hits", [])
+            return sorted(hits, key=lambda hit: str(hit["_id"]))  # Elasticsearch 8+ does not sort on _id
+
+        return await self._call(budget, run)
 
     async def _make_index(self, index: str, body: dict[str, Any], left: float) -> None:
         try:

@@ -218,10 +218,41 @@ class WorkbenchSettings(StrictModel):
         return self
 
 
+class DirectorySettings(StrictModel):
+    """The principal store (docs/identities.md): users and groups kept in one engine index that every worker and
+    instance reads, written through SCIM or `es-provider principals import`. It is authoritative for the subjects
+    it knows; `[principals]` serves the others."""
+
+    enabled: bool = False  # on by itself when [scim] is enabled
+    index: str = Field(default="es-provider-principals", pattern=r"^[a-z0-9][a-z0-9_.-]{0,200}$")
+    # Each process reads the store's change counter this often, and forgets what it cached when it moved.
+    poll_interval_s: float = Field(default=0.5, gt=0, le=60)
+    # When the counter cannot be read for longer than this, requests that need groups fail closed (503) rather
+    # than be answered with groups older than this.
+    max_staleness_s: float = Field(default=5.0, gt=0, le=3600)
+
+
+class ScimSettings(StrictModel):
+    """A SCIM 2.0 service provider under /scim/v2 (RFC 7643/7644), for the organisation's identity provider."""
+
+    enabled: bool = False
+    token_ref: EnvName | None = None  # its own bearer token, never a platform's secret or the workbench key
+    # Which SCIM user attribute is the platforms' subjectId (and the subject in document ACLs).
+    subject_attribute: Literal["userName", "externalId"] = "userName"
+
+    @model_validator(mode="after")
+    def _needs_token(self) -> ScimSettings:
+        if self.enabled and self.token_ref is None:
+            raise ValueError("an enabled [scim] needs token_ref (its own bearer token)")
+        return self
+
+
 class Settings(StrictModel):
     opensearch: OpenSearchSettings = OpenSearchSettings()
     server: ServerSettings = ServerSettings()
     workbench: WorkbenchSettings = WorkbenchSettings()
+    directory: DirectorySettings = DirectorySettings()
+    scim: ScimSettings = ScimSettings()
     scoring: ScoringSettings = ScoringSettings()
     embedders: dict[Ident, EmbedderSettings] = Field(default_factory=dict)
     knowledge: list[KnowledgeBase] = Field(default_factory=list)
@@ -244,7 +275,14 @@ class Settings(StrictModel):
         platform_refs = {kb.secret_ref for kb in self.knowledge} | {key.key_ref for key in self.api_keys}
         if self.workbench.key_ref is not None and self.workbench.key_ref in platform_refs:
             raise ValueError("workbench.key_ref must be its own credential, not a platform's secret or API key")
+        if self.scim.token_ref is not None and self.scim.token_ref in platform_refs | {self.workbench.key_ref}:
+            raise ValueError("scim.token_ref must be its own credential, not a platform's secret, an API key or the "
+                             "workbench key")
         return self
+
+    def uses_directory(self) -> bool:
+        """Whether subjects' groups come from the principal store (as well as `[principals]`)."""
+        return self.directory.enabled or self.scim.enabled
 
     def knowledge_base(self, kb_id: str) -> KnowledgeBase | None:
         return next((kb for kb in self.knowledge if kb.id == kb_id), None)

@@ -36,6 +36,13 @@ class Identity:
     tenants: frozenset[str]
     subject_id: str | None
     groups: frozenset[str] = field(default_factory=frozenset)
+    # False for a subject the directory has deactivated or deleted: it is still who asks, but its subject grants
+    # nothing (never more than an unknown subject).
+    subject_active: bool = True
+
+    @property
+    def granted_subject(self) -> str | None:
+        return self.subject_id if self.subject_active else None
 
     @classmethod
     def of(
@@ -82,8 +89,8 @@ def _tenant_allows(source: Mapping[str, Any], identity: Identity) -> bool:
 
 def _subject_clause(identity: Identity) -> Clause:
     should: list[Clause] = [{"term": {PUBLIC_FIELD: True}}]
-    if identity.subject_id is not None:
-        should.append({"term": {SUBJECTS_FIELD: identity.subject_id}})
+    if identity.granted_subject is not None:
+        should.append({"term": {SUBJECTS_FIELD: identity.granted_subject}})
     if identity.groups:
         should.append({"terms": {GROUPS_FIELD: sorted(identity.groups)}})
     return {"bool": {"should": should, "minimum_should_match": 1}}
@@ -95,7 +102,7 @@ def _subject_allows(source: Mapping[str, Any], identity: Identity) -> bool:
         return False
     if acl.get("public") is True:
         return True
-    if identity.subject_id is not None and identity.subject_id in _strings(acl.get("subjects")):
+    if identity.granted_subject is not None and identity.granted_subject in _strings(acl.get("subjects")):
         return True
     return not identity.groups.isdisjoint(_strings(acl.get("groups")))
 

@@ -24,6 +24,7 @@ from es_provider.engine import Engine, UnsupportedEngineError
 from es_provider.errors import ClientDisconnected, ErrorCode, KnowledgeError, StartupError
 from es_provider.idempotency import IdempotencyCache
 from es_provider.metrics import Metrics
+from es_provider.principals import Principals, PrincipalStore
 from es_provider.protocols import agentarts, dify, sparktide
 from es_provider.protocols.kit import ERROR_CODE, Protocol
 from es_provider.replays import SharedReplays
@@ -244,9 +245,15 @@ def create_app(
             await _close_all(models)
             raise
         shared_replays = SharedReplays(engine, settings.server.replay_index) if settings.shares_replays() else None
-        sweeping = None
+        background: list[asyncio.Task[None]] = []
         if shared_replays is not None:
-            sweeping = asyncio.create_task(shared_replays.sweep(min(60.0, settings.server.signature_window_s)))
+            background.append(asyncio.create_task(
+                shared_replays.sweep(min(60.0, settings.server.signature_window_s))))
+        store = PrincipalStore(engine, settings) if settings.uses_directory() else None
+        if store is not None:
+            background.append(asyncio.create_task(store.run()))
+        log.info("subjects' groups come from %s", f"the principal store ({settings.directory.index}), then "
+                 "[principals] for subjects it does not know" if store is not None else "[principals] only")
         app[ENGINE] = engine
         app[SERVICES] = Services(
             settings=settings,
@@ -258,11 +265,12 @@ def create_app(
                                          max_bytes=settings.server.idempotency_max_bytes,
                                          on_size=metrics.idempotency_bytes.set),
             admission=Admission(settings.server, metrics),
+            principals=Principals(settings, store),
             shared_replays=shared_replays,
         )
         yield
-        if sweeping is not None:
-            sweeping.cancel()
+        for task in background:
+            task.cancel()
         await engine.close()
         await _close_all(models)
 

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from es_provider.acl import Identity
 from es_provider.config import ApiKey, ConfigError, Settings
 from es_provider.errors import forbidden
 
@@ -71,18 +70,9 @@ def api_key_for(credentials: Credentials, token: bytes) -> ApiKey | None:
     return found
 
 
-def groups_of(settings: Settings, subject_id: str | None, extra: tuple[str, ...] | list[str] = ()) -> frozenset[str]:
-    """A subject's groups from the service's own principal store, never from the request."""
-    groups = set(extra)
-    if subject_id is not None:
-        groups.update(settings.principals.get(subject_id, ()))
-    return frozenset(groups)
-
-
-def api_key_identity(
-    settings: Settings, key: ApiKey, *, tenant_id: str | None = None, subject_id: str | None = None
-) -> Identity:
-    """The identity an API key acts as, optionally narrowed to one of its tenants or subjects.
+def api_key_scope(key: ApiKey, *, tenant_id: str | None = None,
+                  subject_id: str | None = None) -> tuple[frozenset[str], str | None]:
+    """The tenants and subject an API key acts as, optionally narrowed to one of its tenants or subjects.
 
     Narrowing outside the key's scope is refused (403), never widened.
     """
@@ -96,7 +86,7 @@ def api_key_identity(
         if subject_id != key.subject and subject_id not in key.subjects and "*" not in key.subjects:
             raise forbidden(detail="subject outside the API key's scope")
         subject = subject_id
-    return Identity(key.app, tenants, subject, groups_of(settings, subject, key.groups))
+    return tenants, subject
 
 
 class ReplayCache:

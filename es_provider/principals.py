@@ -3,16 +3,187 @@
 
 Writers (the SCIM service, `es-provider principals import`) call `announce_change` after every change they made;
 each process polls the counter (`[directory] poll_interval_s`), so a revoked membership stops granting everywhere
-within about one poll. The request path reads the store only on a cache miss.
+within about one poll. The request path reads the store only on a cache miss. When the counter cannot be read for
+longer than `max_staleness_s`, lookups fail closed (503) instead of answering with older groups.
+
+The store is authoritative for the subjects it knows (a user, or the tombstone of a deleted or renamed one);
+`[principals]` in the configuration serves every other subject.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
 from es_provider import directory
+from es_provider.acl import Identity
+from es_provider.config import Settings
+from es_provider.deadline import Budget, fixed_budget
 from es_provider.engine import Engine
-from es_provider.errors import KnowledgeError
+from es_provider.errors import ErrorCode, KnowledgeError
+
+log = logging.getLogger("es_provider.principals")
+
+MAX_CACHED = 100_000  # subjects kept per process; beyond it the least recently asked are forgotten
+MAX_GROUPS = 10_000  # groups one user may be a member of (one search answers them all)
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """What the store says of one subject."""
+
+    known: bool  # the store has a user with this subject, or the tombstone of one
+    active: bool  # an active user: grants through its subject and groups
+    groups: frozenset[str] = frozenset()
+
+
+UNKNOWN = Membership(known=False, active=False)
+INACTIVE = Membership(known=True, active=False)
+
+
+def membership(subject: str, users_and_tombstones: Iterable[Mapping[str, Any]],
+               groups_of_users: Callable[[list[str]], frozenset[str]] | None = None) -> Membership:
+    """Pure: a subject's membership from the store's user and tombstone documents for it (`_source`s). Active
+    users' ids are passed to `groups_of_users` (None: not asked yet, groups left empty). Two users claiming one
+    subject (possible when it is `externalId`) is ambiguous: no grant at all (fail closed)."""
+    docs = list(users_and_tombstones)
+    users = [d for d in docs if d.get("kind") == "User" and d.get("subject") == subject]
+    if len(users) > 1:
+        log.warning("principal store: %d users claim subject %r; granting it nothing", len(users), subject)
+        return INACTIVE
+    if users:
+        user = users[0]
+        if user.get("active") is not True or not isinstance(user.get("scim_id"), str):
+            return INACTIVE
+        groups = groups_of_users([user["scim_id"]]) if groups_of_users is not None else frozenset()
+        return Membership(known=True, active=True, groups=groups)
+    if any(d.get("kind") == "Tombstone" and d.get("subject") == subject for d in docs):
+        return INACTIVE  # deleted or renamed: never falls back to the configuration file
+    return UNKNOWN
+
+
+def group_names(groups: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    return frozenset(g["name"] for g in groups if isinstance(g.get("name"), str) and g["name"])
+
+
+class PrincipalStore:
+    """One per process. `membership_of` is the request path; `run` is the poller (an app background task)."""
+
+    def __init__(self, engine: Engine, settings: Settings, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._engine = engine
+        self._index = settings.directory.index
+        self._poll_s = settings.directory.poll_interval_s
+        self._stale_s = settings.directory.max_staleness_s
+        self._clock = clock
+        self._cache: OrderedDict[str, Membership] = OrderedDict()
+        self._marker: tuple[int, int] | None = None  # the counter's (seq_no, primary_term): None = no store yet
+        self._generation = 0
+        self._read_at: float | None = None  # when the counter was last read
+        self._failing_since: float | None = None
+
+    @property
+    def generation(self) -> int:
+        """Moves whenever this process saw the store change (tests and the bench read it)."""
+        return self._generation
+
+    async def poll(self, budget: Budget | None = None) -> None:
+        """Reads the change counter; when it moved, everything cached is forgotten."""
+        budget = budget or fixed_budget(int(max(self._poll_s, 1.0) * 1000), now_monotonic=self._clock())
+        docs = await self._engine.get_documents(self._index, [directory.COUNTER_ID], budget)
+        marker = (int(docs[0]["_seq_no"]), int(docs[0]["_primary_term"])) if docs else None
+        if marker != self._marker or self._read_at is None:
+            self._marker = marker
+            self._generation += 1
+            self._cache.clear()
+        self._read_at = self._clock()
+        if self._failing_since is not None:
+            log.warning("principal store readable again after %.1f s", self._read_at - self._failing_since)
+            self._failing_since = None
+
+    async def run(self) -> None:
+        """The poller: for the life of the app. Failures are logged once per failing stretch."""
+        while True:
+            try:
+                await self.poll()
+            except KnowledgeError as exc:
+                if self._failing_since is None:
+                    self._failing_since = self._clock()
+                    log.warning("principal store unreadable (%s): lookups fail closed after %.0f s", exc.detail,
+                                self._stale_s)
+            await asyncio.sleep(self._poll_s)
+
+    def _stale(self) -> bool:
+        return self._read_at is None or self._clock() - self._read_at > self._stale_s
+
+    async def membership_of(self, subject: str, budget: Budget) -> Membership:
+        """What the store says of `subject`: from this process's cache, or read from the store (two searches)."""
+        if self._stale():
+            try:
+                await self.poll(budget)  # one try on the request's budget: the poller may just be late
+            except KnowledgeError as exc:
+                raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"principal store unreadable for more than "
+                                     f"{self._stale_s:.0f} s: {exc.detail}") from None
+        cached = self._cache.get(subject)
+        if cached is not None:
+            self._cache.move_to_end(subject)
+            return cached
+        if self._marker is None:
+            return UNKNOWN  # nothing was ever written to the store
+        generation = self._generation
+        found = await self._read(subject, budget)
+        if generation == self._generation:  # not across a change: what was read may predate it
+            self._cache[subject] = found
+            if len(self._cache) > MAX_CACHED:
+                self._cache.popitem(last=False)
+        return found
+
+    async def _read(self, subject: str, budget: Budget) -> Membership:
+        query = {"bool": {"filter": [{"terms": {"kind": ["User", "Tombstone"]}}, {"term": {"subject": subject}}]}}
+        docs = [hit["_source"] for hit in await self._engine.search_documents(self._index, query, size=10,
+                                                                               budget=budget)]
+        first = membership(subject, docs)
+        if not first.active:
+            return first
+        user_ids = [d["scim_id"] for d in docs if d.get("kind") == "User"]
+        groups_query = {"bool": {"filter": [{"term": {"kind": "Group"}}, {"terms": {"members": user_ids}}]}}
+        groups = await self._engine.search_documents(self._index, groups_query, size=MAX_GROUPS, budget=budget)
+        return membership(subject, docs, lambda _: group_names(hit["_source"] for hit in groups))
+
+
+class Principals:
+    """Where an identity's groups come from, never the request: the store for the subjects it knows (a
+    deactivated, deleted or renamed user grants nothing through its subject or the store's groups), `[principals]`
+    for the others, plus the groups configured on the credential (an API key's `groups`)."""
+
+    def __init__(self, settings: Settings, store: PrincipalStore | None) -> None:
+        self._file = settings.principals
+        self.store = store
+
+    async def identity(self, app_id: str, tenants: frozenset[str], subject: str | None, budget: Budget,
+                       extra: Iterable[str] = ()) -> Identity:
+        groups = set(extra)
+        active = True
+        if subject is not None:
+            known = await self.store.membership_of(subject, budget) if self.store is not None else UNKNOWN
+            if known.known:
+                active = known.active
+                groups.update(known.groups)
+            else:
+                groups.update(self._file.get(subject, ()))
+        return Identity(app_id, tenants, subject, frozenset(groups), subject_active=active)
+
+    async def identity_of(self, app_id: str, tenant_id: str | None, subject: str | None, budget: Budget,
+                          extra: Iterable[str] = ()) -> Identity:
+        """As `identity`, for one tenant (an empty one means none), as SparkTide and the workbench name it."""
+        return await self.identity(app_id, frozenset({tenant_id}) if tenant_id else frozenset(), subject, budget,
+                                   extra)
 
 
 async def announce_change(engine: Engine, index: str) -> None:

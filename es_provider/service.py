@@ -10,6 +10,7 @@ from es_provider.admission import Admission
 from es_provider.auth import Credentials, ReplayCache
 from es_provider.config import Settings
 from es_provider.idempotency import IdempotencyCache
+from es_provider.principals import Principals
 from es_provider.replays import SharedReplays
 from es_provider.retrieval import Retriever
 
@@ -22,6 +23,7 @@ class Services:
     replays: ReplayCache
     idempotency: IdempotencyCache
     admission: Admission
+    principals: Principals
     shared_replays: SharedReplays | None = None  # when signatures are checked across processes
 
 

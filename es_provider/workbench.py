@@ -36,7 +36,7 @@ from pydantic import Field
 
 from es_provider import auth, explain, metadata
 from es_provider.acl import Identity, ordered
-from es_provider.config import KnowledgeBase, RetrievalMode, Settings
+from es_provider.config import KnowledgeBase, RetrievalMode
 from es_provider.deadline import Budget, fixed_budget
 from es_provider.domain import SearchRequest, SearchResult
 from es_provider.errors import ErrorCode, KnowledgeError, forbidden, protocol_error, unauthenticated
@@ -337,10 +337,11 @@ class Why(Ask):
     chunk_id: str | None = Field(default=None, min_length=1, max_length=512)
 
 
-def identity_of(settings: Settings, ask: Ask) -> Identity:
-    """The impersonated identity: groups come from the principal store, as for every protocol."""
-    subject = ask.subject or None
-    return Identity.of("workbench", ask.tenant or None, subject, auth.groups_of(settings, subject))
+async def identity_of(services: Services, ask: Ask) -> Identity:
+    """The impersonated identity: groups come from the principal store (the live directory, then
+    `[principals]`), as for every protocol."""
+    return await services.principals.identity_of("workbench", ask.tenant or None, ask.subject or None,
+                                                 _budget(services))
 
 
 def protocol_request(name: ProtocolName, kb: KnowledgeBase, identity: Identity, ask: Ask) -> SearchRequest:
@@ -408,7 +409,7 @@ async def search(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     ask = await _read(request, Ask)
     kb = _kb(services, ask.knowledge_id)
-    identity = identity_of(services.settings, ask)
+    identity = await identity_of(services, ask)
     log.info("workbench: search", extra={"knowledge_id": kb.id, "as_tenant": ask.tenant, "as_subject": ask.subject,
                                          "remote": client(request)})
     answers: dict[str, Any] = {}
@@ -433,7 +434,8 @@ async def search(request: web.Request) -> web.Response:
 
 
 def _identity_json(identity: Identity) -> dict[str, Any]:
-    return {"tenants": sorted(identity.tenants), "subject": identity.subject_id, "groups": sorted(identity.groups)}
+    return {"tenants": sorted(identity.tenants), "subject": identity.subject_id, "groups": sorted(identity.groups),
+            "subject_active": identity.subject_active}
 
 
 async def why(request: web.Request) -> web.Response:
@@ -442,7 +444,7 @@ async def why(request: web.Request) -> web.Response:
     if (ask.document_id is None) == (ask.chunk_id is None):
         raise protocol_error("give exactly one of document_id and chunk_id")
     kb = _kb(services, ask.knowledge_id)
-    identity = identity_of(services.settings, ask)
+    identity = await identity_of(services, ask)
     log.info("workbench: explain", extra={"knowledge_id": kb.id, "as_tenant": ask.tenant,
                                           "as_subject": ask.subject, "protocol": ask.protocol,
                                           "remote": client(request)})

@@ -141,11 +141,12 @@ async def search(request: web.Request) -> web.Response:
             raise protocol_error(str(exc)) from None
         budget = kit.default_budget(services)
         try:
-            identity = auth.api_key_identity(services.settings, key, subject_id=acting)
+            tenants, subject = auth.api_key_scope(key, subject_id=acting)
         except KnowledgeError as exc:
             refusal = authorization_failed()
             refusal.detail = exc.detail
             raise refusal from None
+        identity = await services.principals.identity(key.app, tenants, subject, budget, key.groups)
         setting = req.retrieval_setting
         result = await services.retriever.search(SearchRequest(
             knowledge=(kb,),

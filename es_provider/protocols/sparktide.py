@@ -17,7 +17,7 @@ from aiohttp import web
 from pydantic import Field
 
 from es_provider import auth
-from es_provider.acl import Filter, Identity, ordered
+from es_provider.acl import Filter, ordered
 from es_provider.config import FilterName, KnowledgeBase
 from es_provider.deadline import budget_from_deadline
 from es_provider.domain import SearchRequest, SearchResult
@@ -173,7 +173,7 @@ async def callback(request: web.Request) -> web.Response:
                                                  settings.server.signature_window_s)
             if not await services.shared_replays.first_use(digest, expires_at, budget):
                 raise unauthenticated("signature replayed (first used by another process)")
-        identity = Identity.of(req.appId, req.tenantId, req.subjectId, auth.groups_of(settings, req.subjectId))
+        identity = await services.principals.identity_of(req.appId, req.tenantId, req.subjectId, budget)
         search_request = SearchRequest(
             knowledge=(kb,),
             query=req.query,

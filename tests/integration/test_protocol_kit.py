@@ -44,9 +44,11 @@ async def toy_search(request: web.Request) -> web.Response:
         kb = services.settings.knowledge_base(req.kb)
         if kb is None or kb.id not in key.knowledge:
             raise unauthenticated("not this key's knowledge base")
+        budget = kit.default_budget(services)
+        tenants, subject = auth.api_key_scope(key)
+        identity = await services.principals.identity(key.app, tenants, subject, budget, key.groups)
         result = await services.retriever.search(SearchRequest(
-            knowledge=(kb,), query=req.q, identity=auth.api_key_identity(services.settings, key),
-            filters=kb.key_filters(), top_k=req.k), kit.default_budget(services))
+            knowledge=(kb,), query=req.q, identity=identity, filters=kb.key_filters(), top_k=req.k), budget)
         return kit.answer({"hits": [{"doc": c.document_id, "text": c.content} for c in result.chunks]})
 
 

@@ -97,7 +97,8 @@ async def test_each_protocol_answer_is_what_the_protocol_itself_answers(bench, k
             "knowledge_id": kb.id, "tenant": tenant, "subject": subject, "query": QUERY, "top_k": 10})
         assert asked.status == 200, await asked.text()
         answer = await asked.json()
-        assert answer["identity"] == {"tenants": [tenant], "subject": subject, "groups": PRINCIPALS[subject]}
+        assert answer["identity"] == {"tenants": [tenant], "subject": subject, "groups": PRINCIPALS[subject],
+                                      "subject_active": True}
         spark = answer["answers"]["sparktide"]
         assert spark["appliedFilters"] == ["TENANT", "SUBJECT"] and spark["mode"] == "bm25"
         direct = await bench.post("/agent/knowledge/project-documents/1.0.0", headers=headers(**{

@@ -114,21 +114,26 @@ def key_settings():
         (None, "svc", {"t1", "t2"}, "svc", {"g", "robots"}),
     ],
 )
-def test_api_key_identity_narrows(tenant, subject, tenants, acting, groups) -> None:
-    from es_provider.auth import api_key_identity
+async def test_api_key_identity_narrows(tenant, subject, tenants, acting, groups) -> None:
+    from es_provider.auth import api_key_scope
+    from es_provider.deadline import fixed_budget
+    from es_provider.principals import Principals
 
     settings = key_settings()
-    identity = api_key_identity(settings, settings.api_keys[0], tenant_id=tenant, subject_id=subject)
+    key = settings.api_keys[0]
+    scope, who = api_key_scope(key, tenant_id=tenant, subject_id=subject)
+    identity = await Principals(settings, None).identity(key.app, scope, who, fixed_budget(1000, now_monotonic=0),
+                                                         key.groups)
     assert (set(identity.tenants), identity.subject_id, set(identity.groups)) == (tenants, acting, groups)
 
 
 @pytest.mark.parametrize(("tenant", "subject"), [("t3", None), (None, "u-alice"), (None, "*")])
 def test_api_key_identity_never_widens(tenant, subject) -> None:
-    from es_provider.auth import api_key_identity
+    from es_provider.auth import api_key_scope
 
     settings = key_settings()
     with pytest.raises(KnowledgeError) as caught:
-        api_key_identity(settings, settings.api_keys[0], tenant_id=tenant, subject_id=subject)
+        api_key_scope(settings.api_keys[0], tenant_id=tenant, subject_id=subject)
     assert caught.value.status == 403
 
 

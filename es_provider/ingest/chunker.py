@@ -99,10 +99,20 @@ def split_text(
     return chunks
 
 
+def _component(text: str) -> str:
+    """`%`, `:` and NUL percent-encoded, so components joined by `:` (or by NUL for the hash) cannot run into each
+    other: document `a:b` version `c` and document `a` version `b:c` differ. Text without them is unchanged, so
+    such ids stay what earlier releases wrote."""
+    return text.replace("%", "%25").replace(":", "%3A").replace("\x00", "%00")
+
+
 def chunk_id(document_id: str, version: str, position: int) -> str:
-    """Deterministic, valid for every protocol's id rules (1–128 of [A-Za-z0-9_.:-], never . or ..)."""
-    raw = f"{document_id}:{version}:{position}"
+    """Deterministic, valid for every protocol's id rules (1–128 of [A-Za-z0-9_.:-], never . or ..), and one
+    chunk's alone: `<document>:<version>:<position>` when that fits the rules, else `h-<hash>:<position>` (an
+    encoded `%3A` never fits, so a readable id always has exactly two colons and a hashed one exactly one)."""
+    document, version = _component(document_id), _component(version)
+    raw = f"{document}:{version}:{position}"
     if _ID_OK.match(raw):
         return raw
-    digest = hashlib.sha256(f"{document_id}\x00{version}".encode()).hexdigest()[:32]
+    digest = hashlib.sha256(f"{document}\x00{version}".encode()).hexdigest()[:32]
     return f"h-{digest}:{position}"

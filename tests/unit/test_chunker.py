@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import re
 
 import pytest
@@ -46,3 +47,24 @@ def test_chunk_ids_are_valid_and_deterministic(document_id: str, version: str, p
     assert re.fullmatch(r"[A-Za-z0-9_.:\-]{1,128}", first) and first not in (".", "..")
     if readable is not None:
         assert first == readable
+
+
+# Ids are joined with `:`, so `:` (and `%`, the escape) inside a component must not let two documents share ids.
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [(("a:b", "c"), ("a", "b:c")), (("a%3Ab", "c"), ("a:b", "c")), (("a", "b%3Ac"), ("a", "b:c")),
+     (("a\x00b", "c"), ("a", "b\x00c")), (("x:", "1"), ("x", ":1")), (("有:空", "v"), ("有", "空:v"))],
+)
+def test_chunk_ids_of_different_documents_never_collide(one: tuple[str, str], other: tuple[str, str]) -> None:
+    for position in (0, 1):
+        assert chunk_id(*one, position) != chunk_id(*other, position)
+
+
+@pytest.mark.parametrize(
+    ("document_id", "version", "expected"),
+    [("doc-1", "v1", "doc-1:v1:0"), ("guide.txt", "0123abcd4567", "guide.txt:0123abcd4567:0"),
+     # ids that were hashed before keep their hash (the hash input changes only for `%`, `:` and NUL)
+     ("有 空格", "v1", "h-" + hashlib.sha256("有 空格\x00v1".encode()).hexdigest()[:32] + ":0")],
+)
+def test_chunk_ids_without_colon_or_percent_are_unchanged(document_id: str, version: str, expected: str) -> None:
+    assert chunk_id(document_id, version, 0) == expected

@@ -8,6 +8,7 @@ waits for one turn, not behind a flood's queue.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,6 +17,7 @@ from aiohttp import ClientPayloadError, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from es_provider.config import ServerSettings
+from es_provider.deadline import Budget
 from es_provider.errors import ClientDisconnected, ErrorCode, KnowledgeError, protocol_error
 from es_provider.metrics import Metrics
 
@@ -32,6 +34,7 @@ class Admission:
         self._by_holder: dict[str, int] = {}
         self._running = 0
         self._waiting: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
+        self._costly = asyncio.Semaphore(server.max_costly_searches or max(1, server.active_requests // 4))
 
     async def body(self, request: web.Request) -> bytes:
         """The raw body: refused (413) as soon as it exceeds `max_body_bytes`, whatever Content-Length claims;
@@ -88,6 +91,24 @@ class Admission:
                 self._by_holder[holder] = left
             else:
                 del self._by_holder[holder]
+
+    @asynccontextmanager
+    async def costly(self, needed: bool, budget: Budget) -> AsyncIterator[None]:
+        """For a search the engine pays dearly for (leading-wildcard metadata patterns): waits, within the
+        request's budget, until fewer than `max_costly_searches` such searches run, so they never hold every
+        engine search thread. A no-op when not `needed`."""
+        if not needed:
+            yield
+            return
+        try:
+            async with asyncio.timeout(max(0.0, budget.remaining(time.monotonic()))):
+                await self._costly.acquire()
+        except TimeoutError:
+            raise KnowledgeError(ErrorCode.TIMED_OUT, detail="budget spent waiting for a costly-search turn") from None
+        try:
+            yield
+        finally:
+            self._costly.release()
 
     async def _turn(self, holder: str) -> None:
         if self._running < self._active and not self._waiting:

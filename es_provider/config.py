@@ -51,6 +51,10 @@ class ServerSettings(StrictModel):
     # Of those, how many run at once (about the engine's search threads); the others wait for a turn, and turns go
     # round-robin across credentials so a flooding caller's backlog never sits in front of another caller.
     active_requests: int = Field(default=16, ge=1, le=100_000)
+    # Of those, how many may be searches whose metadata conditions hold leading-wildcard patterns (each costs the
+    # engine an automaton over a whole term dictionary, docs/protocols.md §7), so that they never hold every engine
+    # search thread; the others wait for one. Unset: a quarter of active_requests (at least 1).
+    max_costly_searches: int | None = Field(default=None, ge=1, le=100_000)
     # A body must arrive whole within this time; a slower sender is cut off (408) and counted.
     body_timeout_s: float = Field(default=10.0, gt=0, le=600)
     # A signed callback's timestamp may lie at most this far in the future (clock skew between the two hosts).

@@ -28,10 +28,13 @@ MAX_CONDITIONS = 100
 MAX_PATTERN_CHARS = 128
 # A leading-wildcard pattern (`contains`, `not contains`, `end with`) makes the engine build an automaton and run it
 # over the field's whole term dictionary, before any timeout or cancellation can act: 100 such conditions of 128
-# four-byte characters cost OpenSearch 2.5 s of CPU for any key. So a request's patterns share one budget: at most
-# 16 pattern conditions, and at most 512 UTF-8 bytes of leading-wildcard values in all (one longest value fits; on
-# 5,000 distinct values the worst allowed request costs ~25 ms, docs/reliability.md §11). Prefixes are cheap.
+# four-byte characters cost OpenSearch 2.5 s of CPU for any key. Each costs ~6 ms plus ~0.035 ms a byte on 5,000
+# distinct values here (OpenSearch and Elasticsearch alike), so a request's patterns share one budget: at most 4
+# leading-wildcard conditions holding at most 512 UTF-8 bytes in all (one longest value fits; the costliest
+# admitted request costs ~70 ms there, docs/reliability.md §11), and at most 16 pattern conditions (prefixes are
+# cheap: 12 of 128 four-byte characters cost ~10 ms).
 MAX_PATTERN_CONDITIONS = 16
+MAX_WILDCARD_CONDITIONS = 4
 MAX_PATTERN_BYTES = 512
 LEADING_WILDCARD_OPS = ("contains", "not contains", "end with")
 MAX_TERM_CHARS = 1024  # is / is not / in / not in: plain term lookups
@@ -175,14 +178,22 @@ def parse(logical_operator: str | None, conditions: list[Any] | None) -> Conditi
     return Conditions(combined, kept) if kept else None
 
 
+def costly(conditions: Conditions | None) -> bool:
+    """Whether the engine pays dearly for these conditions: they hold a leading-wildcard pattern."""
+    return conditions is not None and any(c.operator in LEADING_WILDCARD_OPS for c in conditions.conditions)
+
+
 def check_pattern_budget(conditions: tuple[Condition, ...]) -> None:
     """The engine's cost of a request's patterns, bounded before it is asked (MAX_PATTERN_CONDITIONS/BYTES)."""
     patterns = [c for c in conditions if c.operator in STRING_OPS]
     if len(patterns) > MAX_PATTERN_CONDITIONS:
         raise ConditionError(f"metadata_condition has more than {MAX_PATTERN_CONDITIONS} pattern conditions "
                              f"({', '.join(STRING_OPS)})")
-    wildcard_bytes = sum(len(c.value.encode("utf-8", "surrogatepass")) for c in patterns
-                         if c.operator in LEADING_WILDCARD_OPS)
+    wildcards = [c for c in patterns if c.operator in LEADING_WILDCARD_OPS]
+    if len(wildcards) > MAX_WILDCARD_CONDITIONS:
+        raise ConditionError(f"metadata_condition has more than {MAX_WILDCARD_CONDITIONS} "
+                             f"{', '.join(LEADING_WILDCARD_OPS)} conditions")
+    wildcard_bytes = sum(len(c.value.encode("utf-8", "surrogatepass")) for c in wildcards)
     if wildcard_bytes > MAX_PATTERN_BYTES:
         raise ConditionError(f"metadata_condition's {', '.join(LEADING_WILDCARD_OPS)} values exceed "
                              f"{MAX_PATTERN_BYTES} UTF-8 bytes in all")

@@ -417,8 +417,10 @@ async def search(request: web.Request) -> web.Response:
     async with services.admission.slot("workbench"):
         for name, wanted in requests.items():
             started = time.monotonic()
+            budget = _budget(services)
             try:
-                result = await services.retriever.search(wanted, _budget(services))
+                async with services.admission.costly(metadata.costly(wanted.metadata), budget):
+                    result = await services.retriever.search(wanted, budget)
             except KnowledgeError as exc:
                 answers[name] = {"refused": exc.code.value, "message": exc.safe_message}
                 continue
@@ -450,8 +452,9 @@ async def why(request: web.Request) -> web.Response:
                                           "remote": client(request)})
     wanted = protocol_request(ask.protocol, kb, identity, ask)
     retriever = services.retriever
-    async with services.admission.slot("workbench"):
-        budget = _budget(services)
+    budget = _budget(services)
+    async with services.admission.slot("workbench"), services.admission.costly(metadata.costly(wanted.metadata),
+                                                                                  budget):
         which = {"term": {"document_id": ask.document_id}} if ask.document_id else {"ids": {"values": [ask.chunk_id]}}
         chunks = await retriever.stored_chunks(kb.alias, which, MAX_DOCUMENT_CHUNKS, budget)
         ids = [str(hit.get("_id")) for hit in chunks]

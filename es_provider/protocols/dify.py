@@ -148,15 +148,16 @@ async def search(request: web.Request) -> web.Response:
             raise refusal from None
         identity = await services.principals.identity(key.app, tenants, subject, budget, key.groups)
         setting = req.retrieval_setting
-        result = await services.retriever.search(SearchRequest(
-            knowledge=(kb,),
-            query=req.query,
-            identity=identity,
-            filters=kb.key_filters(end_user=acting is not None),
-            top_k=min(setting.top_k or kb.top_k, MAX_TOP_K),
-            score_threshold=setting.score_threshold,
-            metadata=conditions,
-        ), budget)
+        async with services.admission.costly(metadata.costly(conditions), budget):
+            result = await services.retriever.search(SearchRequest(
+                knowledge=(kb,),
+                query=req.query,
+                identity=identity,
+                filters=kb.key_filters(end_user=acting is not None),
+                top_k=min(setting.top_k or kb.top_k, MAX_TOP_K),
+                score_threshold=setting.score_threshold,
+                metadata=conditions,
+            ), budget)
         return kit.answer({"records": [render_record(c) for c in result.chunks]})
 
 

@@ -64,7 +64,8 @@ def test_translate_one(name: str, op: str, value: object, clause: dict) -> None:
         ([{"name": "a", "comparison_operator": "in", "value": [1, 10**400]}], "finite"),
         # The engine's cost of patterns is bounded per request (was 100 x 128 characters, 2.5 s of engine CPU).
         ([{"name": "a", "comparison_operator": "start with", "value": "x"}] * 17, "more than 16 pattern"),
-        ([{"name": "a", "comparison_operator": "contains", "value": "*?" * 64}] * 5, "512 UTF-8 bytes"),
+        ([{"name": "a", "comparison_operator": "contains", "value": "x"}] * 5, "more than 4 contains"),
+        ([{"name": "a", "comparison_operator": "contains", "value": "中" * 128}] * 2, "512 UTF-8 bytes"),
         ([{"name": "a", "comparison_operator": "end with", "value": "😀" * 100},
           {"name": "b", "comparison_operator": "not contains", "value": "😀" * 29}], "512 UTF-8 bytes"),
     ],
@@ -130,7 +131,9 @@ def test_malformed_conditions_stay_errors(condition: dict) -> None:
     "conditions",
     [
         [{"name": "a", "comparison_operator": "contains", "value": "😀" * 128}],  # the longest value alone: 512 bytes
-        [{"name": "a", "comparison_operator": "contains", "value": "x" * 32}] * 16,
+        [{"name": "a", "comparison_operator": "contains", "value": "x" * 128}] * 4,
+        [{"name": "a", "comparison_operator": "end with", "value": "x" * 32}] * 4
+        + [{"name": "a", "comparison_operator": "start with", "value": "x" * 128}] * 12,
         [{"name": "a", "comparison_operator": "start with", "value": "😀" * 128}] * 16,  # prefixes are cheap
         [{"name": "a", "comparison_operator": "is", "value": 10**300}],
     ],

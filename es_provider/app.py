@@ -7,7 +7,7 @@ import hmac
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -204,6 +204,22 @@ def _own_secret(ref: str, credentials: auth.Credentials, environ: Mapping[str, s
     return secret
 
 
+ScimInstaller = Callable[[web.Application, Engine], None]
+
+
+def _with_scim(protocols: tuple[Protocol, ...], settings: Settings, credentials: auth.Credentials,
+               environ: Mapping[str, str] | None) -> tuple[tuple[Protocol, ...], ScimInstaller | None]:
+    """With `[scim] enabled`: the SCIM protocol added, its own token read (a platform's secret is refused at start),
+    and what installs its state once the engine is up. Disabled, scim2-server is not even imported."""
+    if not settings.scim.enabled or settings.scim.token_ref is None:
+        return protocols, None
+    from es_provider import scim
+
+    token = _own_secret(settings.scim.token_ref, credentials, environ, "SCIM token")
+    log.warning("SCIM 2.0 service enabled at %s (its own token; every change is logged)", scim.PREFIX)
+    return (*protocols, scim.PROTOCOL), lambda app, engine: scim.install(app, token, scim.State(engine, settings))
+
+
 def create_app(
     settings: Settings, environ: Mapping[str, str] | None = None, protocols: tuple[Protocol, ...] = PROTOCOLS
 ) -> web.Application:
@@ -219,6 +235,7 @@ def create_app(
                                f"{MIN_WORKBENCH_KEY} characters")
         protocols = (*protocols, workbench.PROTOCOL)
         log.warning("workbench enabled at /workbench (its own key; every login and explain is logged)")
+    protocols, install_scim = _with_scim(protocols, settings, credentials, environ)
     # A refused body (413, 408) is drained for at most a second before the connection closes (aiohttp's default
     # of 10 s would keep a stalled sender's connection open twice as long as body_timeout_s allows). Request bodies
     # are never inflated: aiohttp would inflate a compressed body as it arrives, before any route or credential is
@@ -268,6 +285,8 @@ def create_app(
             principals=Principals(settings, store),
             shared_replays=shared_replays,
         )
+        if install_scim is not None:
+            install_scim(app, engine)
         yield
         for task in background:
             task.cancel()

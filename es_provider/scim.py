@@ -1,0 +1,297 @@
+"""The SCIM 2.0 service provider under /scim/v2 (docs/identities.md): the organisation's identity provider (Okta,
+Microsoft Entra ID) provisions its users and groups into the principal store, which gives subjects their groups.
+
+The SCIM protocol is scim2-server's (ScimService and AsyncScimHandler: validation, PATCH, filters, sorting, ETags,
+discovery, SCIM errors); the storage is scim_storage.DirectoryStorage. This module only carries requests to them,
+as scim2-server's own ASGI application does: the service's own bearer token checked first (in constant time,
+before any body is read; 401 in SCIM's error body otherwise), the body read under admission's bounds, one request
+slot of the "scim" class, and every change logged (what, which resource, from where; never the token).
+
+Added by create_app only with `[scim] enabled = true` (with app[TOKEN] set, and app[STATE] once the engine is up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hmac
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, cast
+
+import orjson
+from aiohttp import hdrs, web
+from scim2_models import (
+    AuthenticationScheme,
+    Bulk,
+    ChangePassword,
+    Context,
+    Error,
+    ETag,
+    Filter,
+    Patch,
+    PatchOp,
+    Resource,
+    ResourceType,
+    ResponseParameters,
+    SCIMException,
+    ScimPolicy,
+    ScimProvider,
+    ServiceProviderConfig,
+    Sort,
+    UnauthorizedException,
+)
+from scim2_server.applications.base import BaseApplication
+from scim2_server.conditions import Conditions
+from scim2_server.handler import AsyncScimHandler
+from scim2_server.requests import ScimRequest
+from scim2_server.responses import SCIM_MEDIA_TYPE, ScimResponse
+from scim2_server.routing import Operation
+from scim2_server.service import ScimService
+from scim2_server.utils import load_default_resource_types, load_default_schemas
+
+from es_provider import auth
+from es_provider.config import Settings
+from es_provider.engine import Engine
+from es_provider.errors import KnowledgeError, unauthenticated
+from es_provider.logs import text_field
+from es_provider.protocols import kit
+from es_provider.scim_storage import RETRIES, DirectoryStorage, Raced, pause
+from es_provider.service import SERVICES
+
+log = logging.getLogger("es_provider.scim")
+
+PREFIX = "/scim/v2"
+TOKEN = web.AppKey("scim_token", bytes)
+MAX_RESULTS = 200  # resources one search answers at most (filter.maxResults)
+WRITES = {Operation.create: "create", Operation.replace: "replace", Operation.patch: "patch",
+          Operation.delete: "delete"}
+
+# What the service announces (GET /scim/v2/ServiceProviderConfig). Every request needs the bearer token, this one
+# too: identity providers and scim2-tester always send it, and an anonymous caller learns nothing here.
+CONFIG = ServiceProviderConfig(
+    patch=Patch(supported=True),
+    bulk=Bulk(supported=False, max_operations=0, max_payload_size=0),
+    filter=Filter(supported=True, max_results=MAX_RESULTS),
+    change_password=ChangePassword(supported=False),
+    sort=Sort(supported=True),
+    etag=ETag(supported=True),
+    authentication_schemes=[AuthenticationScheme(
+        type=AuthenticationScheme.Type.oauthbearertoken, name="OAuth Bearer Token", primary=True,
+        description="Authorization: Bearer <the SCIM token named by [scim] token_ref>")],
+)
+# What identity providers send beyond RFC 7644, as scim2-models names it: Microsoft Entra ID removes a group member
+# with `{"op": "Remove", "path": "members", "value": [{"value": "<id>"}]}`, and replaces `emails[type eq "work"]
+# .value` of a user who has no work email yet. (Capitalised ops, "False" strings and a replace without path whose
+# value is an object, scim2-models accepts as they are.)
+POLICY = ScimPolicy(remove_value_as_filter=ScimPolicy.RemoveValue.apply,
+                    unmatched_path_filter=ScimPolicy.UnmatchedPathFilter.create)
+
+
+class Service(ScimService):
+    def patch_response(self, base_url: str, resource: Resource[Any],
+                       response_parameters: ResponseParameters[Any]) -> ScimResponse:
+        """200 with the patched resource, the answer RFC 7644 §3.5.2 says a server MUST give unless it chooses
+        204 (scim2-server's default): every identity provider reads it."""
+        return self.resource_response(self.publish(base_url, resource), Context.RESOURCE_REPLACEMENT_RESPONSE,
+                                      response_parameters)
+
+
+@functools.cache
+def service() -> Service:
+    """The SCIM service: RFC 7643's User (with the enterprise extension) and Group, CONFIG and POLICY."""
+    provider = ScimProvider.from_discovery(load_default_schemas().values(), load_default_resource_types().values(),
+                                           config=CONFIG, policy=POLICY)
+    return Service(provider)
+
+
+class Turns:
+    """Writes of one resource in this process, one at a time (they would only lose their races to each other)."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @asynccontextmanager
+    async def of(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+
+class Handler(AsyncScimHandler):
+    """scim2-server's handler, plus what a shared store needs: a PUT, PATCH or DELETE whose resource another writer
+    changed between the handler's read and the storage's conditional write (`Raced`) is applied again to the
+    resource as it now is, so concurrent PATCHes of one group never lose a member. A client's own If-Match is
+    checked again on each attempt (a stale one is a 412 as before)."""
+
+    def __init__(self, scim_service: ScimService, storage: DirectoryStorage) -> None:
+        super().__init__(scim_service, storage)
+        self.turns = Turns()
+
+    async def patch_resource(self, resource_type: ResourceType, resource_id: str, patch_op: PatchOp[Any],
+                             conditions: Conditions) -> Resource[Any]:
+        async with self.turns.of(f"{resource_type.name}/{resource_id}"):
+            for attempt in range(RETRIES):
+                try:
+                    return await super().patch_resource(resource_type, resource_id, patch_op, conditions)
+                except Raced:
+                    if attempt == RETRIES - 1:
+                        raise
+                    await pause(attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def replace_resource(self, resource_type: ResourceType, current: Resource[Any],
+                               replacement: Resource[Any], conditions: Conditions) -> Resource[Any]:
+        resource_id = cast(str, current.id)
+        async with self.turns.of(f"{resource_type.name}/{resource_id}"):
+            for attempt in range(RETRIES):
+                try:
+                    return await super().replace_resource(resource_type, current, replacement.model_copy(deep=True),
+                                                          conditions)
+                except Raced:
+                    if attempt == RETRIES - 1:
+                        raise
+                    await pause(attempt)
+                    current = await self.storage.get(resource_type, resource_id)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def delete_resource(self, resource_type: ResourceType, resource_id: str, conditions: Conditions) -> None:
+        async with self.turns.of(f"{resource_type.name}/{resource_id}"):
+            for attempt in range(RETRIES):
+                try:
+                    await super().delete_resource(resource_type, resource_id, conditions)
+                    return
+                except Raced:
+                    if attempt == RETRIES - 1:
+                        raise
+                    await pause(attempt)
+
+
+class State:
+    """What the SCIM routes serve with, built once the engine is up: the storage over the principal store, the
+    handler, and scim2-server's framework-free application steps (the final headers)."""
+
+    def __init__(self, engine: Engine, settings: Settings) -> None:
+        scim_service = service()
+        self.storage = DirectoryStorage(engine, settings.directory.index, scim_service.provider,
+                                        subject_attribute=settings.scim.subject_attribute)
+        self.handler = Handler(scim_service, self.storage)
+        self.application = BaseApplication(scim_service.provider, scim_service)
+
+
+STATE = web.AppKey("scim_state", State)
+
+
+def install(app: web.Application, token: bytes, state: State) -> None:
+    """The service's own token and its state, set by create_app's engine context once the engine is up."""
+    app[TOKEN] = token
+    app[STATE] = state
+
+
+def client(request: web.Request) -> str:
+    return request.remote or "unknown"
+
+
+def authenticate(request: web.Request) -> None:
+    """The service's own bearer token, compared in constant time, before anything else is read; a refusal is
+    logged with the client's address (never what it presented)."""
+    presented = auth.bearer_token(request.headers.get("Authorization"))
+    if presented is not None and hmac.compare_digest(presented, request.app[TOKEN]):
+        return
+    why = "no bearer token" if presented is None else "wrong bearer token"
+    log.warning("scim: %s %s refused: %s", request.method, request.path[:200], why, extra={"remote": client(request)})
+    raise unauthenticated(f"scim: {why}")
+
+
+def scim_request(request: web.Request, body: bytes) -> ScimRequest:
+    """The framework-free request scim2-server serves, as its ASGI application builds it."""
+    return ScimRequest(
+        method=request.method,
+        base_url=f"{request.scheme}://{request.host}{PREFIX}",
+        path=BaseApplication.split_path(request.path.removeprefix("/scim")),
+        query=dict(request.query),
+        headers=list(request.headers.items()),
+        body=body,
+    )
+
+
+def web_response(response: ScimResponse) -> web.Response:
+    body = None if response.body is None else orjson.dumps(response.body)
+    return web.Response(status=int(response.status), body=body, headers=response.headers)
+
+
+async def serve(request: web.Request) -> web.Response:
+    authenticate(request)
+    services = request.app[SERVICES]
+    state = request.app[STATE]
+    wanted = scim_request(request, await services.admission.body(request))
+    async with services.admission.slot("scim"):
+        try:
+            response = await state.handler.handle(wanted)
+        except SCIMException as exc:  # a refusal in SCIM's terms; an engine failure goes on to the error middleware
+            response = service().error_response(exc)
+    response = state.application.finalize_response(wanted, response)
+    audit(request, wanted, response)
+    return web_response(response)
+
+
+def audit(request: web.Request, wanted: ScimRequest, response: ScimResponse) -> None:
+    """Logs every change (what, which resource, from where) and every refusal; reads that succeed are not logged."""
+    body = response.body or {}
+    if response.status >= 400:
+        log.info("scim: refused %d%s%s%s", response.status, text_field("method", wanted.method),
+                 text_field("path", wanted.path[:200]),
+                 text_field("reason", body.get("scimType") or body.get("detail") or ""),
+                 extra={"remote": client(request)})
+        return
+    verb = WRITES.get(service().match(wanted).operation)
+    if verb is None:
+        return
+    parts = wanted.path.strip("/").split("/")
+    resource_type = service().get_resource_type_by_endpoint(parts[0])
+    kind = resource_type.name if resource_type is not None else parts[0]
+    ident = body.get("id") or (parts[1] if len(parts) > 1 else "")
+    fields = text_field("method", wanted.method)
+    if kind == "User" and body:
+        fields += text_field("userName", body.get("userName")) + text_field("active", body.get("active", True))
+    elif kind == "Group" and body:
+        fields += text_field("displayName", body.get("displayName")) + text_field("members", len(
+            body.get("members") or ()))
+    log.info("scim: %s %s %s%s", verb, kind, ident, fields, extra={"remote": client(request)})
+
+
+def error_response(error: KnowledgeError) -> web.Response:
+    """A refusal in SCIM's error body (RFC 7644 §3.12), as application/scim+json; a 401 with its challenge."""
+    body = Error(status=error.status, detail=error.safe_message).model_dump()
+    headers = {"Cache-Control": "no-cache"}
+    if error.status == 401:
+        headers["WWW-Authenticate"] = service().www_authenticate(UnauthorizedException()) or "Bearer"
+    return web.Response(status=error.status, body=orjson.dumps(body), content_type=SCIM_MEDIA_TYPE, headers=headers)
+
+
+PROTOCOL = kit.Protocol(
+    name="scim",
+    prefixes=("/scim/",),
+    render_error=error_response,
+    error_schema={"type": "object", "required": ["schemas", "status"], "properties": {
+        "schemas": {"type": "array", "items": {"type": "string"}}, "status": {"type": "string"},
+        "scimType": {"type": "string"}, "detail": {"type": "string"}}},
+    # Every method on every path under /scim/v2: scim2-server routes them (its discovery endpoints describe them).
+    routes=(
+        kit.Route(hdrs.METH_ANY, PREFIX, serve, summary="SCIM 2.0 service provider", in_openapi=False),
+        kit.Route(hdrs.METH_ANY, PREFIX + "/{tail:.*}", serve, summary="SCIM 2.0 service provider",
+                  in_openapi=False),
+    ),
+)

@@ -44,9 +44,13 @@ def kb_entry(alias: str, **changes: Any) -> dict[str, Any]:
 
 def write_config(path: Path, url: str, knowledge: list[dict[str, Any]], *, api_keys: list[dict[str, Any]] = (),
                  principals: dict[str, list[str]] | None = None, server: dict[str, Any] | None = None,
-                 embedders: dict[str, dict[str, Any]] | None = None) -> Path:
+                 embedders: dict[str, dict[str, Any]] | None = None,
+                 sections: dict[str, dict[str, Any]] | None = None) -> Path:
+    """`sections`: further tables by name (e.g. "scim", "directory"), each written as given."""
     lines = ["[opensearch]", f"url = {toml_value(url)}", "", "[server]"]
     lines += [f"{k} = {toml_value(v)}" for k, v in (server or {}).items()]
+    for name, table in (sections or {}).items():
+        lines += ["", f"[{name}]"] + [f"{k} = {toml_value(v)}" for k, v in table.items()]
     for name, embedder in (embedders or {}).items():
         lines += ["", f"[embedders.{name}]"] + [f"{k} = {toml_value(v)}" for k, v in embedder.items()]
     for kb in knowledge:

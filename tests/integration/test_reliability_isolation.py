@@ -145,3 +145,143 @@ async def test_shared_index_statistics_side_channel_is_measured(engine, kb, clie
             f"{own_after:.4f}")
     assert shared_after < shared_before  # the side channel exists in a shared index ...
     assert own_after == own_before  # ... and not across separate indices
+
+
+STORE_IDENTITIES = 3_000 if HEAVY else 600
+LAG_S = 1.0  # a change is in force from its write until every process has seen it: one poll (0.1 s) and slack
+
+
+async def test_isolation_holds_while_the_directory_changes(engine, kb, client_for, figures) -> None:
+    """Half the subjects' groups come from the principal store, and memberships change (groups swapped, users
+    deactivated and reactivated) while SparkTide and Dify `acting_subject` answers are checked. Each answer is held
+    against every membership state in force during its request: nothing outside all of them (a leak), nothing
+    missing that all of them show."""
+    import uuid
+
+    from helpers.oracle import visible as oracle_visible
+
+    from es_provider import directory
+    from es_provider.principals import announce_change
+
+    rng = random.Random(20261202)
+    docs, uses = corpus(rng, CHUNKS // 2)
+    await load_records(engine, kb, docs)
+    by_id = {d["document_id"]: d for d in docs}
+    index = f"test-principals-{uuid.uuid4().hex}"
+    stored = SUBJECTS[::2]  # the store knows these; [principals] serves the others
+    file_groups = {s: rng.sample(GROUPS, rng.randint(0, 4)) for s in SUBJECTS}
+    # The store's state: subject -> (active, four group slots, None for an empty one). A user document and one
+    # group document per slot; every change is ONE document written, then announce_change, so every state the
+    # store passes through is one the oracle knows.
+    state: dict[str, tuple[bool, list[str | None]]] = {
+        s: (True, [*rng.sample(GROUPS, 2), None, None]) for s in stored}
+    scim_ids = {s: f"u{i}" for i, s in enumerate(stored)}
+
+    async def write_user(subject: str) -> None:
+        await engine.put_document(index, directory.doc_id("User", scim_ids[subject]), directory.user_doc(
+            {"id": scim_ids[subject], "userName": subject, "active": state[subject][0]}, "userName"),
+            index_body=directory.INDEX_BODY)
+
+    async def write_slot(subject: str, slot: int) -> None:
+        group_id = f"{scim_ids[subject]}-{slot}"
+        group = state[subject][1][slot]
+        if group is None:
+            await engine.delete_document(index, directory.doc_id("Group", group_id))
+        else:
+            await engine.put_document(index, directory.doc_id("Group", group_id), directory.group_doc(
+                {"id": group_id, "displayName": group, "members": [{"value": scim_ids[subject]}]}),
+                index_body=directory.INDEX_BODY)
+
+    for subject in stored:
+        await write_user(subject)
+        for slot in range(4):
+            await write_slot(subject, slot)
+    await announce_change(engine, index)
+
+    # The history of states: (time the change began to be written, subject, (active, groups)).
+    history: list[tuple[float, str, tuple[bool, list[str | None]]]] = [(0.0, s, state[s]) for s in stored]
+
+    acting_keys = [{"key_ref": f"ACTING_{n}", "app": "app-1", "tenants": [tenant], "subjects": ["*"],
+                    "knowledge": [kb.id]} for n, tenant in enumerate(TENANTS)]
+    client = await client_for(kb, principals=file_groups, api_keys=acting_keys,
+                              env={f"ACTING_{n}": f"acting-{n}" for n in range(len(TENANTS))},
+                              directory={"enabled": True, "index": index, "poll_interval_s": 0.1,
+                                         "max_staleness_s": 5.0})
+    identities = [(rng.choice(SUBJECTS), rng.choice(TENANTS), rng.choice(list(uses)))
+                  for _ in range(STORE_IDENTITIES)]
+    done = asyncio.Event()
+    changes = 0
+
+    async def churn() -> None:
+        nonlocal changes
+        while not done.is_set():
+            subject = rng.choice(stored)
+            active, slots = state[subject]
+            slot = rng.randrange(4)
+            if rng.random() < 0.3:
+                state[subject] = (not active, slots)
+            else:
+                state[subject] = (active, [rng.choice([*GROUPS, None]) if n == slot else g for n, g in enumerate(slots)])
+            history.append((time.monotonic(), subject, state[subject]))  # in force from its write on
+            await (write_user(subject) if state[subject][0] != active else write_slot(subject, slot))
+            await announce_change(engine, index)
+            changes += 1
+            await asyncio.sleep(0.05)
+
+    def in_force(subject: str, started: float, ended: float) -> list[tuple[bool, list[str | None]]]:
+        if subject not in scim_ids:
+            return [(True, list(file_groups.get(subject, [])))]
+        entries = [(at, st) for at, s, st in history if s == subject]
+        states = []
+        for i, (at, st) in enumerate(entries):
+            until = entries[i + 1][0] + LAG_S if i + 1 < len(entries) else float("inf")
+            if at <= ended and until >= started:
+                states.append(st)
+        return states
+
+    leaks: list[Any] = []
+    missing: list[Any] = []
+    gate = asyncio.Semaphore(8)
+
+    async def check(n: int, subject: str, tenant: str, token: str) -> None:
+        async with gate:
+            started = time.monotonic()
+            execution = f"dir-{n}"
+            sparktide = await client.post(calls.ROUTE, headers=calls.headers(**{"Idempotency-Key": execution}),
+                                          json=calls.body(subject, tenant, query=token, topK=10, executionId=execution,
+                                                          deadline=int(time.time() * 1000) + 30_000))
+            acting = await client.post("/retrieval", headers=bearer(f"acting-{TENANTS.index(tenant)}"), data=json.dumps({
+                "knowledge_id": kb.id, "query": token, "retrieval_setting": {"top_k": 100, "score_threshold": 0},
+                "metadata_condition": {"logical_operator": "and", "conditions": [
+                    {"name": "acting_subject", "comparison_operator": "is", "value": subject}]}}))
+            answers = {"sparktide": {i["documentId"] for i in (await sparktide.json())["items"]},
+                       "dify acting subject": {r["metadata"]["document_id"] for r in (await acting.json())["records"]}}
+            ended = time.monotonic()
+        # A deactivated user grants nothing through its subject or the store's groups.
+        expectations = [{d for d in uses[token] if oracle_visible(by_id[d], subject if active else None, {tenant},
+                                                                   {g for g in groups if g is not None and active})}
+                        for active, groups in in_force(subject, started, ended)]
+        allowed = set().union(*expectations)
+        required = set.intersection(*expectations)
+        for protocol, got in answers.items():
+            if got - allowed:
+                leaks.append((protocol, subject, tenant, token, sorted(got - allowed)))
+            if required - got:
+                missing.append((protocol, subject, tenant, token, sorted(required - got)))
+
+    churning = asyncio.ensure_future(churn())
+    started = time.monotonic()
+    try:
+        await asyncio.gather(*(check(n, *identity) for n, identity in enumerate(identities)))
+    finally:
+        done.set()
+        await churning
+        await engine.delete_index(index)
+    figures("1. Permission isolation at scale",
+            f"with the directory changing: {len(stored)} of {len(SUBJECTS)} subjects' groups from the principal "
+            f"store, {changes} directory changes (one group membership swapped, or a user deactivated or reactivated) while "
+            f"{STORE_IDENTITIES} identities × 2 ways (SparkTide, Dify acting_subject) asked in "
+            f"{time.monotonic() - started:.1f} s, each answer held against every state in force during it (a change "
+            f"counts from its write until {LAG_S} s after the next); leaks: {len(leaks)}; missing: {len(missing)}")
+    assert leaks == [], leaks[:5]
+    assert missing == [], missing[:5]

@@ -328,6 +328,42 @@ async def test_a_renamed_user_leaves_a_tombstone_and_frees_its_name(scim_app, en
         {"schemas": [USER], "userName": "Babs"}))).status == 409
 
 
+async def test_an_abandoned_claim_is_taken_over_a_recent_one_is_not(scim_app, engine, store) -> None:
+    """A writer that died between its claim and its write leaves a claim nobody holds: after ORPHAN_CLAIM_S it no
+    longer blocks the name; before, it does (the writer may still be about to write)."""
+    from es_provider.scim_storage import ORPHAN_CLAIM_S, claim_id
+
+    client = await scim_app()
+    for name, age, status in (("abandoned", ORPHAN_CLAIM_S + 5, 201), ("in-flight", 1.0, 409)):
+        await engine.put_document(store, claim_id(f"{USER}:userName", name), {
+            "kind": "Unique", "owner": uuid.uuid4().hex, "resource": {"claimed_at": time.time() - age}},
+            index_body=directory.INDEX_BODY)
+        created = await client.post("/scim/v2/Users", headers=auth(), data=json.dumps(
+            {"schemas": [USER], "userName": name.upper()}))
+        assert created.status == status, (name, await created.text())
+    # a claim whose owner renamed away (and died before releasing it) is abandoned too
+    uid = (await (await client.post("/scim/v2/Users", headers=auth(), data=json.dumps(
+        {"schemas": [USER], "userName": "still-here"}))).json())["id"]
+    await engine.put_document(store, claim_id(f"{USER}:userName", "gave-it-up"), {
+        "kind": "Unique", "owner": uid, "resource": {"claimed_at": time.time() - ORPHAN_CLAIM_S - 5}})
+    assert (await client.post("/scim/v2/Users", headers=auth(), data=json.dumps(
+        {"schemas": [USER], "userName": "gave-it-up"}))).status == 201
+    # while a claim whose owner holds the value is never taken, however old
+    await engine.put_document(store, claim_id(f"{USER}:userName", "still-here"), {
+        "kind": "Unique", "owner": uid, "resource": {"claimed_at": 0}})
+    assert (await client.post("/scim/v2/Users", headers=auth(), data=json.dumps(
+        {"schemas": [USER], "userName": "Still-Here"}))).status == 409
+
+
+async def test_a_subject_too_long_for_a_tombstone_is_refused(scim_app) -> None:
+    client = await scim_app()
+    refused = await client.post("/scim/v2/Users", headers=auth(), data=json.dumps(
+        {"schemas": [USER], "userName": "x" * 600}))
+    assert refused.status == 400 and (await refused.json())["scimType"] == "invalidValue"
+    assert (await client.post("/scim/v2/Users", headers=auth(), data=json.dumps(
+        {"schemas": [USER], "userName": "x" * 400}))).status == 201
+
+
 async def test_etags_are_checked_in_the_engine(scim_app) -> None:
     client = await scim_app()
     created = await client.post("/scim/v2/Users", headers=auth(), data=json.dumps(

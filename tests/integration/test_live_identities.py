@@ -1,0 +1,121 @@
+"""Live identities across instances (issue 28): a membership removed through SCIM, or a user deactivated, stops
+granting on every instance within 2 s — measured as the p100 over 100 trials on two `es-provider serve` processes,
+through SparkTide, AgentArts (a key with that subject) and Dify (`acting_subject`) — and added back, it returns.
+The default poll interval (0.5 s) is what is measured."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import aiohttp
+import pytest
+from helpers import calls
+from helpers.served import Served, write_config
+from helpers.setup import API_KEY, TEST_ENV, load_records
+
+TOKEN = "scim-token-0123456789abcdef"
+TRIALS = 100
+LIMIT_S = 2.0
+SCIM = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/scim+json"}
+PATCH_OP = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
+DOCS = [{"document_id": "eng-plan", "title": "Plan", "tenant_id": "team-a", "content": "installation plan for eng",
+         "acl": {"groups": ["eng-team"]}},
+        {"document_id": "public-note", "title": "Note", "tenant_id": "team-a", "content": "installation note",
+         "acl": {"public": True}}]
+
+
+@pytest.fixture
+async def instances(engine, kb, opensearch, tmp_path) -> Any:
+    await load_records(engine, kb, DOCS)
+    index = f"test-principals-{uuid.uuid4().hex}"
+    entry = {"id": kb.id, "name": kb.name, "versions": kb.versions, "alias": kb.alias,
+             "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 5, "secret_ref": "TEST_CALLBACK_KEY",
+             "apps": ["app-1"]}
+    keys = [{"key_ref": "TEST_API_KEY", "app": "app-1", "tenants": ["team-a"], "subject": "u-dana",
+             "subjects": ["*"], "knowledge": [kb.id]}]
+    config = write_config(tmp_path / "config.toml", opensearch.url, [entry], api_keys=keys,
+                          sections={"scim": {"enabled": True, "token_ref": "SCIM_TOKEN"}, "directory": {"index": index}})
+    env = {**TEST_ENV, "SCIM_TOKEN": TOKEN}
+    served = [Served(config, env, tmp_path / f"service-{n}.log") for n in range(2)]
+    yield served
+    for one in served:
+        one.stop()
+    await engine.delete_index(index)
+
+
+async def scim(session: aiohttp.ClientSession, served: Served, method: str, path: str,
+               body: dict[str, Any] | None = None) -> dict[str, Any]:
+    async with session.request(method, f"{served.base}/scim/v2{path}", json=body, headers=SCIM) as response:
+        assert response.status in (200, 201, 204), (method, path, response.status, await response.text())
+        return await response.json(content_type=None) if response.status != 204 else {}
+
+
+async def sees_plan(session: aiohttp.ClientSession, served: Served) -> tuple[bool, bool, bool]:
+    """Whether u-dana is served eng-plan through SparkTide, AgentArts (the key's own subject) and Dify
+    (acting_subject) on this instance."""
+    execution = uuid.uuid4().hex[:12]
+    bearer = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
+    async with session.post(served.base + calls.ROUTE, json=calls.body("u-dana", "team-a", executionId=execution),
+                            headers=calls.headers(**{"Idempotency-Key": execution})) as r1:
+        sparktide = {i["documentId"] for i in (await r1.json())["items"]}
+    async with session.post(f"{served.base}/knowledge-bases/retrieve", headers=bearer, json={
+            "knowledge_base_ids": ["project-documents"], "query": "installation", "method": "doc"}) as r2:
+        agentarts = {r["file_id"] for r in (await r2.json())["search_result_list"]}
+    async with session.post(f"{served.base}/retrieval", headers=bearer, json={
+            "knowledge_id": "project-documents", "query": "installation",
+            "retrieval_setting": {"top_k": 5, "score_threshold": 0},
+            "metadata_condition": {"logical_operator": "and", "conditions": [
+                {"name": "acting_subject", "comparison_operator": "is", "value": "u-dana"}]}}) as r3:
+        dify = {r["metadata"]["document_id"] for r in (await r3.json())["records"]}
+    assert "public-note" in sparktide & agentarts & dify  # every answer is a real one
+    return "eng-plan" in sparktide, "eng-plan" in agentarts, "eng-plan" in dify
+
+
+async def until_everywhere(session: aiohttp.ClientSession, served: list[Served], wanted: bool, since: float) -> float:
+    """Seconds from `since` until every protocol on every instance answers `wanted` (checked back to back)."""
+    while True:
+        answers = await asyncio.gather(*(sees_plan(session, one) for one in served))
+        if all(value == wanted for three in answers for value in three):
+            return time.monotonic() - since
+        if time.monotonic() - since > 10:
+            raise AssertionError(f"still {not wanted} after 10 s: {answers}")
+
+
+async def test_revocation_reaches_every_instance_within_two_seconds(instances: list[Served], figures) -> None:
+    async with aiohttp.ClientSession() as session:
+        user = await scim(session, instances[0], "POST", "/Users", {
+            "schemas": ["urn:ietf:params:scim:schemas:core:2.0:User"], "userName": "u-dana", "active": True})
+        group = await scim(session, instances[1], "POST", "/Groups", {
+            "schemas": ["urn:ietf:params:scim:schemas:core:2.0:Group"], "displayName": "eng-team",
+            "members": [{"value": user["id"]}]})
+        assert await until_everywhere(session, instances, True, time.monotonic()) < LIMIT_S
+
+        revoked: list[float] = []
+        restored: list[float] = []
+        for trial in range(TRIALS):
+            writer = instances[trial % 2]  # changes go through either instance
+            if trial % 4 == 3:  # every fourth trial deactivates the user instead (Entra ID's form)
+                off = {"Operations": [{"op": "Replace", "path": "active", "value": "False"}]}
+                on = {"Operations": [{"op": "replace", "value": {"active": True}}]}
+                target = f"/Users/{user['id']}"
+            else:  # Okta's form: remove the member by a filtered path, then add it back
+                off = {"Operations": [{"op": "remove", "path": f'members[value eq "{user["id"]}"]'}]}
+                on = {"Operations": [{"op": "add", "path": "members", "value": [{"value": user["id"]}]}]}
+                target = f"/Groups/{group['id']}"
+            await scim(session, writer, "PATCH", target, {"schemas": [PATCH_OP], **off})
+            revoked.append(await until_everywhere(session, instances, False, time.monotonic()))
+            await scim(session, writer, "PATCH", target, {"schemas": [PATCH_OP], **on})
+            restored.append(await until_everywhere(session, instances, True, time.monotonic()))
+
+    ordered = sorted(revoked)
+    figures("12. Live identities",
+            f"a membership removed through SCIM (Okta's members[value eq …] form) or the user deactivated (Entra ID's "
+            f"'Replace' active 'False'), {TRIALS} trials through either of two `serve` processes, default poll 0.5 s: "
+            f"gone from SparkTide, AgentArts (the key's subject) and Dify (acting_subject) on both instances after "
+            f"p50 {ordered[len(ordered) // 2]:.2f} s, p99 {ordered[98]:.2f} s, p100 {ordered[-1]:.2f} s; back after "
+            f"p100 {max(restored):.2f} s")
+    assert max(revoked) <= LIMIT_S, ordered[-5:]
+    assert max(restored) <= LIMIT_S, sorted(restored)[-5:]

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import os
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -220,6 +221,44 @@ def _change_document(settings: Settings, kb: KnowledgeBase, document: str, done:
     return asyncio.run(_with_engine(settings, work))
 
 
+def cmd_principals(args: argparse.Namespace, settings: Settings) -> int:
+    from es_provider import principals_import
+    from es_provider.deadline import fixed_budget
+    from es_provider.principals import Principals, PrincipalStore
+
+    if args.principals_command == "import":
+        try:
+            with Path(args.file).open("rb") as handle:
+                lines = principals_import.parse_lines(handle, args.file)
+        except OSError as exc:
+            return _fail(f"{args.file}: {exc.strerror}")
+        except principals_import.ImportError_ as exc:
+            return _fail(str(exc))
+
+        async def run_import(engine: Engine) -> int:
+            try:
+                summary = await principals_import.import_users(engine, settings, lines, replace=args.replace)
+            except principals_import.ImportError_ as exc:
+                return _fail(f"the store refused a change (the changes before it are made): {exc}")
+            print(f"principals import {args.file}: {summary.line()}")
+            return 0
+
+        return asyncio.run(_with_engine(settings, run_import))
+
+    async def show(engine: Engine) -> int:
+        store = PrincipalStore(engine, settings)
+        budget = fixed_budget(int(settings.opensearch.timeout_s * 1000), now_monotonic=time.monotonic())
+        await store.poll(budget)
+        known = await store.membership_of(args.subject, budget)
+        identity = await Principals(settings, store).identity("cli", frozenset(), args.subject, budget)
+        source = "store" if known.known else ("file" if args.subject in settings.principals else "none")
+        print(orjson.dumps({"subject": args.subject, "source": source, "active": identity.subject_active,
+                            "groups": sorted(identity.groups)}).decode())
+        return 0
+
+    return asyncio.run(_with_engine(settings, show))
+
+
 def cmd_manifest(args: argparse.Namespace, settings: Settings) -> int:
     from es_provider.protocols.sparktide import manifest
 
@@ -327,10 +366,26 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("--document", required=True)
     delete.set_defaults(run=cmd_delete)
 
+    _principals_parser(sub.add_parser("principals", help="users and groups in the principal store "
+                                                         "(docs/identities.md)"), with_config)
     _manifest_parser(with_config(sub.add_parser("manifest", help="print the SparkTide REMOTE registration JSON")))
     _calibrate_parser(sub.add_parser(
         "calibrate", help="fit the score mappings on judged queries; prints [scoring.*] for the configuration"))
     return parser
+
+
+def _principals_parser(principals: argparse.ArgumentParser,
+                       with_config: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]) -> None:
+    principals_sub = principals.add_subparsers(dest="principals_command", required=True)
+    imported = with_config(principals_sub.add_parser(
+        "import", help="users and their groups from JSON Lines ({subject, groups, active}); idempotent"))
+    imported.add_argument("file")
+    imported.add_argument("--replace", action="store_true",
+                          help="make the store equal to the file: delete the users and groups it does not name")
+    shown = with_config(principals_sub.add_parser("show", help="the groups a subject is granted, and from where"))
+    shown.add_argument("subject")
+    for p in (imported, shown):
+        p.set_defaults(run=cmd_principals)
 
 
 def _manifest_parser(manifest: argparse.ArgumentParser) -> None:

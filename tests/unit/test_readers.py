@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import io
+import time
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from es_provider.ingest.readers import ReadError, read_file
+from es_provider.ingest.readers import (
+    ReadError,
+    heading_level,
+    markdown_heading,
+    read_docx,
+    read_file,
+    read_html,
+    read_markdown,
+    read_pdf,
+)
 from es_provider.ingest.records import DocumentRecord, Section, SourceDocument
 from es_provider.ingest.writer import chunk_documents
 
@@ -73,3 +85,178 @@ def test_chunks_never_cross_pages_and_carry_locators() -> None:
     assert all(c["source"]["locator"].startswith(f"p.{c['source']['page']} §") for c in chunks)
     assert [c["position"] for c in chunks] == list(range(len(chunks)))
     assert all(c["chunk_id"] == f"manual.pdf:{version}:{c['position']}" for c in chunks)
+
+
+# --- hostile files (issue 27): a bad file is a ReadError naming the reason, never an exception that ends the run ---
+
+def docx_with(*, replace: dict[str, tuple[bytes, bytes]] | None = None, parts: dict[str, bytes] | None = None,
+              drop: tuple[str, ...] = (), method: int = zipfile.ZIP_DEFLATED) -> bytes:
+    """policy.docx with (old → new) replaced in some parts, parts overwritten or dropped."""
+    source = zipfile.ZipFile(FILES / "policy.docx")
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", method) as archive:
+        for item in source.infolist():
+            if item.filename in drop:
+                continue
+            data = (parts or {}).get(item.filename, source.read(item.filename))
+            if item.filename in (replace or {}):
+                old, new = (replace or {})[item.filename]
+                assert old in data
+                data = data.replace(old, new)
+            archive.writestr(item.filename, data)
+    return out.getvalue()
+
+
+def document_xml(body: str) -> bytes:
+    """policy.docx's word/document.xml with its body's paragraphs replaced by `body`."""
+    xml = zipfile.ZipFile(FILES / "policy.docx").read("word/document.xml").decode()
+    start, end = xml.index("<w:body>") + len("<w:body>"), xml.index("<w:sectPr")
+    return (xml[:start] + body + xml[end:]).encode()
+
+
+def truncated_document() -> bytes:
+    xml = zipfile.ZipFile(FILES / "policy.docx").read("word/document.xml")
+    return docx_with(parts={"word/document.xml": xml[: len(xml) // 2]})
+
+
+def entity_expansion() -> bytes:
+    laughs = ['<!ENTITY lol "lol">'] + [f'<!ENTITY lol{i} "{("&lol" + (str(i - 1) if i > 1 else "") + ";") * 10}">'
+                                        for i in range(1, 10)]
+    xml = document_xml('<w:p><w:r><w:t>&lol9;</w:t></w:r></w:p>').decode()
+    xml = xml.replace("<w:document ", f"<!DOCTYPE w:document [{''.join(laughs)}]><w:document ", 1)
+    return docx_with(parts={"word/document.xml": xml.encode()})
+
+
+def corrupt_deflate() -> bytes:
+    data = bytearray(docx_with())
+    start = data.index(b"word/document.xml") + len(b"word/document.xml")  # the local header's name, then data
+    data[start + 40 : start + 60] = bytes(range(20))
+    return bytes(data)
+
+
+@pytest.mark.parametrize(("make", "reason"), [
+    (truncated_document, "malformed XML"),
+    (entity_expansion, "malformed XML"),
+    (lambda: docx_with(replace={"docProps/core.xml": (b"cp:coreProperties", b"cp:somethingElse")}),
+     "not a readable .docx"),
+    (lambda: docx_with(replace={"word/_rels/document.xml.rels": (b"<Relationships", b"<Nothing")}),
+     "not a readable .docx"),
+    (lambda: docx_with(drop=("word/document.xml",)), "not a readable .docx"),
+    (corrupt_deflate, "not a readable .docx"),
+    (lambda: docx_with()[:2000], "not a readable .docx"),
+    (lambda: b"plain text, not a zip", "not a readable .docx"),
+])
+def test_malformed_docx_is_a_read_error(make, reason: str) -> None:
+    with pytest.raises(ReadError, match=reason):
+        read_docx(make())
+
+
+def test_a_heading_style_with_a_superscript_digit_is_still_read() -> None:
+    # "²".isdigit() is True, yet int("²") raises: the file must still be read, the heading at level 1.
+    data = docx_with(replace={"word/styles.xml": (b'<w:name w:val="heading 2"/>', '<w:name w:val="Heading ²"/>'
+                                                  .encode())})
+    _, sections = read_docx(data)
+    assert [s.heading for s in sections] == ["保修政策", "Exclusions"]
+
+
+@pytest.mark.parametrize(("style", "level"), [
+    ("Heading 1", 1), ("Heading 6", 6), ("Heading 9", 9), ("Heading", 1), ("Heading ²", 1), ("Heading ٣", 1),
+    ("Heading 1x", 1), ("Heading " + "9" * 5000, 1), ("Heading -1", 1), ("Heading 0", 1), ("Normal", None),
+    ("Title", None), ("", None), ("heading 2", None),
+])
+def test_heading_level_never_raises(style: str, level: int | None) -> None:
+    assert heading_level(style) == level
+
+
+def test_pdf_with_an_unsupported_filter_is_a_read_error() -> None:
+    data = (FILES / "manual.pdf").read_bytes().replace(b"/ASCII85Decode", b"/ASCII85Decodx", 1)
+    with pytest.raises(ReadError, match="not a readable PDF"):
+        read_pdf(data)
+
+
+def test_html_with_a_bad_marked_section_is_a_read_error() -> None:
+    with pytest.raises(ReadError, match="HTML"):
+        read_html(b"<p>before</p><![foo[ x ]]><p>after</p>")
+
+
+@pytest.mark.parametrize(("line", "heading"), [
+    ("# Title", (1, "Title")), ("###### Six", (6, "Six")), ("####### Seven", None), ("#NoSpace", None),
+    ("# Closed ##", (1, "Closed")), ("# C#", (1, "C#")), ("#  Spaced  #  ", (1, "Spaced")), ("# ###", (1, "")),
+    ("# ", (1, "")), ("#", None), ("text # not", None), ("#\tTab", (1, "Tab")),
+])
+def test_markdown_headings(line: str, heading: tuple[int, str] | None) -> None:
+    assert markdown_heading(line) == heading
+
+
+# --- linear time (issue 27): sections were built by repeated string concatenation, quadratic in paragraphs ---
+
+def best_time(work, rounds: int = 3) -> float:
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def markdown(paragraphs: int) -> bytes:
+    return ("# Handbook\n\n" + "".join(f"Paragraph {i} of the handbook.\n\n" for i in range(paragraphs))).encode()
+
+
+def html(paragraphs: int) -> bytes:
+    return ("<title>Handbook</title><h1>Handbook</h1>"
+            + "".join(f"<p>Paragraph {i} of the handbook.</p>\n" for i in range(paragraphs))).encode()
+
+
+@pytest.mark.parametrize(("reader", "make"), [(read_markdown, markdown), (read_html, html)])
+def test_reading_is_linear_in_paragraphs(reader, make) -> None:
+    small, large = make(20_000), make(80_000)
+    ratio = best_time(lambda: reader(large)) / best_time(lambda: reader(small))
+    assert ratio < 7, f"4x the paragraphs took {ratio:.1f}x the time (linear: about 4, quadratic: 16)"
+
+
+def test_a_docx_of_empty_paragraphs_reads_fast() -> None:
+    # Each paragraph's style was resolved by scanning all styles (1.7 ms each: 1.4 M empty paragraphs took hours).
+    data = docx_with(parts={"word/document.xml": document_xml(
+        "<w:p><w:r><w:t>Start.</w:t></w:r></w:p>" + "<w:p/>" * 200_000 + "<w:p><w:r><w:t>End.</w:t></w:r></w:p>")})
+    started = time.perf_counter()
+    _, sections = read_docx(data)
+    assert time.perf_counter() - started < 5
+    assert sections[0].text == "Start.\n\nEnd."
+
+
+def test_a_markdown_heading_line_of_spaces_reads_fast() -> None:
+    # The heading pattern `\s+(.*?)\s*#*\s*$` backtracked cubically: 5,000 spaces took minutes.
+    started = time.perf_counter()
+    _, sections = read_markdown(("# a" + " " * 100_000 + "x\n\nText.").encode())
+    assert time.perf_counter() - started < 1
+    assert sections == [Section(text="Text.", heading="a" + " " * 100_000 + "x")]
+
+
+def table_xml(rows: list[list[tuple[str, str]]]) -> str:
+    """A <w:tbl> of rows of (cell properties XML, text) cells."""
+    def cell(properties: str, text: str) -> str:
+        paragraph = f"<w:p><w:r><w:t>{text}</w:t></w:r></w:p>" if text else "<w:p/>"
+        return f"<w:tc><w:tcPr>{properties}</w:tcPr>{paragraph}</w:tc>"
+
+    body = "".join("<w:tr>" + "".join(cell(*c) for c in row) + "</w:tr>" for row in rows)
+    return f'<w:tbl><w:tblGrid><w:gridCol w:w="1"/><w:gridCol w:w="1"/><w:gridCol w:w="1"/></w:tblGrid>{body}</w:tbl>'
+
+
+def test_table_cells_merged_down_read_as_the_cell_they_continue() -> None:
+    table = table_xml([[('<w:vMerge w:val="restart"/>', "Pumps"), ("", "P-1")], [("<w:vMerge/>", ""), ("", "P-2")],
+                       [('<w:gridSpan w:val="2"/>', "Spanning two columns"), ("", "third")]])
+    _, sections = read_docx(docx_with(parts={"word/document.xml": document_xml(table)}))
+    assert sections == [Section(text="Pumps | P-1\n\nPumps | P-2\n\nSpanning two columns | third")]
+
+
+def test_a_long_column_merged_down_reads_fast() -> None:
+    # python-docx found the cell a merge continues by walking up row by row, recursively: 500 rows took 28 s,
+    # 1,000 raised RecursionError (an exception no reader mapped, ending the run).
+    rows = [[('<w:vMerge w:val="restart"/>', "top"), ("", "b0")]] + [[("<w:vMerge/>", ""), ("", f"b{i}")]
+                                                                    for i in range(1, 3000)]
+    data = docx_with(parts={"word/document.xml": document_xml(table_xml(rows))})
+    started = time.perf_counter()
+    _, sections = read_docx(data)
+    assert time.perf_counter() - started < 3
+    assert sections[0].text.endswith("top | b2998\n\ntop | b2999")

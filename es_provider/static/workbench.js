@@ -33,7 +33,8 @@ function question() {
 
 function showIdentity(identity) {
   $("identity").textContent = `as subject ${identity.subject || "(none)"} of tenant ${identity.tenants.join(", ") || "(none)"}; ` +
-    `groups from the principal store: ${identity.groups.join(", ") || "none"}`;
+    `groups from the principal store: ${identity.groups.join(", ") || "none"}` +
+    (identity.subject_active === false ? " (deactivated or deleted in the directory: its subject grants nothing)" : "");
 }
 
 // One protocol's body → [{title, score, id, citation, text}] in answer order.

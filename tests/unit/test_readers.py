@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-import io
 import time
-import zipfile
 from pathlib import Path
 
 import pytest
+from helpers.hostile_files import (
+    corrupt_deflate_docx,
+    document_xml,
+    docx_with,
+    entity_expansion_docx,
+    superscript_heading,
+    table_xml,
+    truncated_docx,
+    unknown_filter_pdf,
+)
 
 from es_provider.ingest.readers import (
     ReadError,
@@ -89,60 +97,15 @@ def test_chunks_never_cross_pages_and_carry_locators() -> None:
 
 # --- hostile files (issue 27): a bad file is a ReadError naming the reason, never an exception that ends the run ---
 
-def docx_with(*, replace: dict[str, tuple[bytes, bytes]] | None = None, parts: dict[str, bytes] | None = None,
-              drop: tuple[str, ...] = (), method: int = zipfile.ZIP_DEFLATED) -> bytes:
-    """policy.docx with (old → new) replaced in some parts, parts overwritten or dropped."""
-    source = zipfile.ZipFile(FILES / "policy.docx")
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", method) as archive:
-        for item in source.infolist():
-            if item.filename in drop:
-                continue
-            data = (parts or {}).get(item.filename, source.read(item.filename))
-            if item.filename in (replace or {}):
-                old, new = (replace or {})[item.filename]
-                assert old in data
-                data = data.replace(old, new)
-            archive.writestr(item.filename, data)
-    return out.getvalue()
-
-
-def document_xml(body: str) -> bytes:
-    """policy.docx's word/document.xml with its body's paragraphs replaced by `body`."""
-    xml = zipfile.ZipFile(FILES / "policy.docx").read("word/document.xml").decode()
-    start, end = xml.index("<w:body>") + len("<w:body>"), xml.index("<w:sectPr")
-    return (xml[:start] + body + xml[end:]).encode()
-
-
-def truncated_document() -> bytes:
-    xml = zipfile.ZipFile(FILES / "policy.docx").read("word/document.xml")
-    return docx_with(parts={"word/document.xml": xml[: len(xml) // 2]})
-
-
-def entity_expansion() -> bytes:
-    laughs = ['<!ENTITY lol "lol">'] + [f'<!ENTITY lol{i} "{("&lol" + (str(i - 1) if i > 1 else "") + ";") * 10}">'
-                                        for i in range(1, 10)]
-    xml = document_xml('<w:p><w:r><w:t>&lol9;</w:t></w:r></w:p>').decode()
-    xml = xml.replace("<w:document ", f"<!DOCTYPE w:document [{''.join(laughs)}]><w:document ", 1)
-    return docx_with(parts={"word/document.xml": xml.encode()})
-
-
-def corrupt_deflate() -> bytes:
-    data = bytearray(docx_with())
-    start = data.index(b"word/document.xml") + len(b"word/document.xml")  # the local header's name, then data
-    data[start + 40 : start + 60] = bytes(range(20))
-    return bytes(data)
-
-
 @pytest.mark.parametrize(("make", "reason"), [
-    (truncated_document, "malformed XML"),
-    (entity_expansion, "malformed XML"),
+    (truncated_docx, "malformed XML"),
+    (entity_expansion_docx, "malformed XML"),
     (lambda: docx_with(replace={"docProps/core.xml": (b"cp:coreProperties", b"cp:somethingElse")}),
      "not a readable .docx"),
     (lambda: docx_with(replace={"word/_rels/document.xml.rels": (b"<Relationships", b"<Nothing")}),
      "not a readable .docx"),
     (lambda: docx_with(drop=("word/document.xml",)), "not a readable .docx"),
-    (corrupt_deflate, "not a readable .docx"),
+    (corrupt_deflate_docx, "not a readable .docx"),
     (lambda: docx_with()[:2000], "not a readable .docx"),
     (lambda: b"plain text, not a zip", "not a readable .docx"),
 ])
@@ -153,9 +116,7 @@ def test_malformed_docx_is_a_read_error(make, reason: str) -> None:
 
 def test_a_heading_style_with_a_superscript_digit_is_still_read() -> None:
     # "²".isdigit() is True, yet int("²") raises: the file must still be read, the heading at level 1.
-    data = docx_with(replace={"word/styles.xml": (b'<w:name w:val="heading 2"/>', '<w:name w:val="Heading ²"/>'
-                                                  .encode())})
-    _, sections = read_docx(data)
+    _, sections = read_docx(superscript_heading())
     assert [s.heading for s in sections] == ["保修政策", "Exclusions"]
 
 
@@ -169,9 +130,8 @@ def test_heading_level_never_raises(style: str, level: int | None) -> None:
 
 
 def test_pdf_with_an_unsupported_filter_is_a_read_error() -> None:
-    data = (FILES / "manual.pdf").read_bytes().replace(b"/ASCII85Decode", b"/ASCII85Decodx", 1)
     with pytest.raises(ReadError, match="not a readable PDF"):
-        read_pdf(data)
+        read_pdf(unknown_filter_pdf())
 
 
 def test_html_with_a_bad_marked_section_is_a_read_error() -> None:
@@ -231,16 +191,6 @@ def test_a_markdown_heading_line_of_spaces_reads_fast() -> None:
     _, sections = read_markdown(("# a" + " " * 100_000 + "x\n\nText.").encode())
     assert time.perf_counter() - started < 1
     assert sections == [Section(text="Text.", heading="a" + " " * 100_000 + "x")]
-
-
-def table_xml(rows: list[list[tuple[str, str]]]) -> str:
-    """A <w:tbl> of rows of (cell properties XML, text) cells."""
-    def cell(properties: str, text: str) -> str:
-        paragraph = f"<w:p><w:r><w:t>{text}</w:t></w:r></w:p>" if text else "<w:p/>"
-        return f"<w:tc><w:tcPr>{properties}</w:tcPr>{paragraph}</w:tc>"
-
-    body = "".join("<w:tr>" + "".join(cell(*c) for c in row) + "</w:tr>" for row in rows)
-    return f'<w:tbl><w:tblGrid><w:gridCol w:w="1"/><w:gridCol w:w="1"/><w:gridCol w:w="1"/></w:tblGrid>{body}</w:tbl>'
 
 
 def test_table_cells_merged_down_read_as_the_cell_they_continue() -> None:

@@ -72,9 +72,10 @@ class SourceDocument:
     record: DocumentRecord
     sections: tuple[Section, ...]
     cleaned: bool = False  # markup residue was removed from its title or text (markup.py)
+    origin: str = ""  # where it came from, for messages: `file.jsonl:3`, `docs/a.md`
 
     @classmethod
-    def of(cls, record: DocumentRecord) -> SourceDocument:
+    def of(cls, record: DocumentRecord, origin: str = "") -> SourceDocument:
         """A JSON Lines record as its sections, markup residue (`<br>`, `<ref …>`) removed from text and title."""
         pages: list[tuple[str, int | None]] = (
             [(p.content, p.page) for p in record.pages] if record.pages is not None else [(record.content or "", None)]
@@ -84,7 +85,7 @@ class SourceDocument:
         cleaned = title != record.title or any(s.text != text for s, (text, _) in zip(sections, pages, strict=True))
         if title != record.title:
             record = record.model_copy(update={"title": title})
-        return cls(record, sections, cleaned)
+        return cls(record, sections, cleaned, origin)
 
 
 class RecordError(ValueError):
@@ -112,7 +113,8 @@ def read_jsonl(path: Path) -> Iterator[SourceDocument | RecordError]:
     with path.open("rb") as handle:
         for number, line in enumerate(handle, start=1):
             if line.strip():
+                where = f"{path}:{number}"
                 try:
-                    yield SourceDocument.of(parse_record(line, f"{path}:{number}"))
+                    yield SourceDocument.of(parse_record(line, where), origin=where)
                 except RecordError as exc:
                     yield exc

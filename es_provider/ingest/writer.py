@@ -8,7 +8,12 @@
 - Actions that failed transiently (429, 5xx, connection) are retried in passes with tenacity; what still fails
   is reported per document, never dropped silently.
 - Only after a document's new chunks are all written are its stale chunks (a shorter new version) deleted, so a
-  killed ingest leaves old or new chunks, and running it again converges on exactly the clean result.
+  killed ingest leaves old or new chunks, and running it again converges on exactly the clean result. The
+  cleanup deletes only chunks of the document's own tenant.
+- Document ids are not scoped by tenant: a document whose id the index holds under another tenant is refused
+  (written, it would overwrite that tenant's chunks and its cleanup delete the rest), and so is every later
+  document of the run with an id seen before (which one was meant cannot be guessed). Both are per-document
+  failures; the other documents are written.
 - With an embedder (vector/hybrid knowledge bases), chunks are embedded in batches while earlier batches are
   being written; texts embedded before (same model) come from the embedder's content-hash cache.
 """
@@ -26,6 +31,7 @@ from typing import Any
 from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception_type, wait_exponential
 
 from es_provider.config import KnowledgeBase
+from es_provider.deadline import fixed_budget
 from es_provider.embedders import Embedder, passage_text
 from es_provider.engine import Engine, wait_out_block
 from es_provider.ingest.chunker import DEFAULT_OVERLAP, DEFAULT_SIZE, chunk_id, split_text
@@ -34,6 +40,8 @@ from es_provider.query import VECTOR_FIELD
 from es_provider.transient import blocked_write, transient_status
 
 LARGE_LOAD_DOCUMENTS = 500
+LOOKUP_BATCH = 500  # document ids per terms query (tenant check, stale-chunk cleanup)
+LOOKUP_BUDGET_MS = 30_000
 EMBED_BATCH = 64  # chunks embedded per model call group (ingest and reindex)
 _DONE = object()
 
@@ -131,6 +139,66 @@ async def _chunked(
             pending, waiting = [], 0
 
 
+def first_occurrences(documents: Sequence[SourceDocument]) -> tuple[dict[str, SourceDocument], list[str]]:
+    """The run's documents by id, each the first with its id, and a failure for every later one, naming where the
+    first came from. Which of two records with one id was meant cannot be guessed; keeping the last silently lost
+    the first."""
+    by_id: dict[str, SourceDocument] = {}
+    first_at: dict[str, str] = {}
+    failures = []
+    for number, doc in enumerate(documents, start=1):
+        doc_id, where = doc.record.document_id, doc.origin or f"document {number} of the run"
+        if doc_id not in by_id:
+            by_id[doc_id], first_at[doc_id] = doc, where
+        else:
+            failures.append(f"document {doc_id}: its id appears again at {where}, first at {first_at[doc_id]}; "
+                            "only the first is ingested")
+    return by_id, failures
+
+
+def _tenant(doc: SourceDocument) -> str | None:
+    return doc.record.tenant_id or None  # "" writes no tenant_id, as None does
+
+
+def _same_tenant(tenant: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(filter, must_not) clauses matching chunks of `tenant` (None: chunks without one)."""
+    if tenant is None:
+        return [], [{"exists": {"field": "tenant_id"}}]
+    return [{"term": {"tenant_id": tenant}}], []
+
+
+def _by_tenant(ids: Sequence[str], by_id: Mapping[str, SourceDocument]) -> dict[str | None, list[str]]:
+    groups: dict[str | None, list[str]] = defaultdict(list)
+    for doc_id in ids:
+        groups[_tenant(by_id[doc_id])].append(doc_id)
+    return groups
+
+
+async def held_by_other_tenants(engine: Engine, index: str, by_id: Mapping[str, SourceDocument]
+                                ) -> dict[str, str | None]:
+    """Ids of these documents that the index holds under another tenant → that tenant (None: no tenant)."""
+    held: dict[str, str | None] = {}
+    for tenant, ids in _by_tenant(list(by_id), by_id).items():
+        # Not this tenant's: each of _same_tenant's clauses negated (there is one).
+        same, same_not = _same_tenant(tenant)
+        for start in range(0, len(ids), LOOKUP_BATCH):
+            group = ids[start : start + LOOKUP_BATCH]
+            query = {"bool": {"filter": [{"terms": {"document_id": group}}, *same_not], "must_not": same}}
+            body = {"size": len(group), "_source": ["document_id", "tenant_id"], "query": query,
+                    "collapse": {"field": "document_id"}}  # one hit per document is enough
+            response = await engine.search(index, body, fixed_budget(LOOKUP_BUDGET_MS, now_monotonic=time.monotonic()))
+            for hit in response.get("hits", {}).get("hits", []):
+                source = hit.get("_source") or {}
+                held[str(source.get("document_id"))] = source.get("tenant_id")
+    return held
+
+
+def _other_tenant_failure(doc_id: str, tenant: str | None) -> str:
+    who = f"tenant {tenant}" if tenant else "no tenant (application-shared)"
+    return (f"document {doc_id}: the knowledge base holds a document with this id under another tenant ({who}); "
+            "not written (document ids are not scoped by tenant)")
+
+
 def _action(index: str, chunk: dict[str, Any]) -> dict[str, Any]:
     return {"_op_type": "index", "_index": index, "_id": chunk["chunk_id"], "_source": chunk}
 
@@ -197,12 +265,9 @@ async def ingest(
     started = time.monotonic()
     summary = Summary()
     run = _Run(kb.alias)
-    valid = [d for d in documents if isinstance(d, SourceDocument)]
     summary.failures.extend(str(d) for d in documents if isinstance(d, RecordError))
-    summary.cleaned = sum(1 for d in valid if d.cleaned)
-    by_id: dict[str, SourceDocument] = {}
-    for doc in valid:
-        by_id[doc.record.document_id] = doc  # a later record of the same document wins, as on a re-run
+    by_id, duplicates = first_occurrences([d for d in documents if isinstance(d, SourceDocument)])
+    summary.failures.extend(duplicates)
 
     async def actions(ids: Sequence[str]) -> AsyncIterator[dict[str, Any]]:
         async for doc_id, chunks in _chunked(by_id, ids, size=chunk_size, overlap=overlap, embedder=embedder):
@@ -213,10 +278,15 @@ async def ingest(
             if progress is not None:
                 progress(1, len(chunks))
 
-    large = len(by_id) >= LARGE_LOAD_DOCUMENTS
     await engine.refresh(kb.alias)  # so that chunks of an interrupted earlier run are seen as stale
-    # Into an empty index every chunk at the end is one this run wrote for a document's last record: none is stale.
+    # Into an empty index every chunk at the end is one this run wrote: none is stale, none another tenant's.
     was_empty = await engine.count(kb.alias) == 0
+    if not was_empty:
+        for doc_id, tenant in (await held_by_other_tenants(engine, kb.alias, by_id)).items():
+            del by_id[doc_id]
+            summary.failures.append(_other_tenant_failure(doc_id, tenant))
+    summary.cleaned = sum(1 for d in by_id.values() if d.cleaned)
+    large = len(by_id) >= LARGE_LOAD_DOCUMENTS
     if large:
         await engine.put_settings(kb.alias, {"index": {"refresh_interval": "-1", "translog.durability": "async"}})
     try:
@@ -238,7 +308,7 @@ async def ingest(
     await engine.refresh(kb.alias)
     if not was_empty:
         summary.deleted_stale = await _delete_stale(engine, kb.alias, {d: run.chunks_of[d] for d in complete},
-                                                    block_wait_s=block_wait_s)
+                                                    by_id, block_wait_s=block_wait_s)
         await engine.refresh(kb.alias)
     summary.documents = len(complete)
     summary.chunks = sum(len(run.chunks_of[d]) for d in complete)
@@ -301,15 +371,17 @@ class _StillFailing(Exception):
     """Some documents still have transient failures after a pass."""
 
 
-async def _delete_stale(engine: Engine, index: str, chunks_of: dict[str, list[str]], *, block_wait_s: float,
-                        batch: int = 500) -> int:
-    """Deletes chunks of these documents that are not among their current chunk ids."""
+async def _delete_stale(engine: Engine, index: str, chunks_of: dict[str, list[str]],
+                        by_id: Mapping[str, SourceDocument], *, block_wait_s: float) -> int:
+    """Deletes chunks of these documents, of each one's own tenant, that are not among their current chunk ids."""
     deleted = 0
-    ids = list(chunks_of)
-    for start in range(0, len(ids), batch):
-        group = ids[start : start + batch]
-        keep = [c for d in group for c in chunks_of[d]]
-        query = {"bool": {"filter": [{"terms": {"document_id": group}}], "must_not": [{"ids": {"values": keep}}]}}
-        deleted += await wait_out_block(functools.partial(engine.delete_by_query, index, query, refresh=False),
-                                        block_wait_s, engine=engine, alias=index)
+    for tenant, ids in _by_tenant(list(chunks_of), by_id).items():
+        same, same_not = _same_tenant(tenant)
+        for start in range(0, len(ids), LOOKUP_BATCH):
+            group = ids[start : start + LOOKUP_BATCH]
+            keep = [c for d in group for c in chunks_of[d]]
+            query = {"bool": {"filter": [{"terms": {"document_id": group}}, *same],
+                              "must_not": [{"ids": {"values": keep}}, *same_not]}}
+            deleted += await wait_out_block(functools.partial(engine.delete_by_query, index, query, refresh=False),
+                                            block_wait_s, engine=engine, alias=index)
     return deleted

@@ -135,7 +135,7 @@ def cmd_kb(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
-    from es_provider.ingest.sources import FileDefaults, OptionError, check_defaults, collect
+    from es_provider.ingest.sources import FileDefaults, OptionError, check_defaults, collect, skipped_line
     from es_provider.ingest.writer import ingest
 
     kb = _kb(settings, args.kb)
@@ -151,7 +151,8 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         check_defaults(defaults)
     except OptionError as exc:
         return _fail(str(exc), EXIT_USAGE)
-    documents = collect(args.paths, defaults)
+    collected = collect(args.paths, defaults)
+    documents = collected.items
     body = admin.index_body(settings, kb, Path(args.mappings))
     interval = str(body.get("settings", {}).get("index", {}).get("refresh_interval", "1s"))
 
@@ -182,7 +183,8 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
                 bar.close()
         for failure in summary.failures:
             print(f"failed: {failure}", file=sys.stderr)
-        print(summary.line())
+        skipped = skipped_line(collected.skipped)  # left out by rule (links, hidden, special files): not failures
+        print(summary.line() + (f"; {skipped}" if skipped else ""))
         return EXIT_FAILED if summary.failures else 0
 
     return asyncio.run(_with_engine(settings, work))

@@ -159,29 +159,34 @@ def best_time(work, rounds: int = 3) -> float:
     return min(times)
 
 
+# Long paragraphs: the quadratic cost was in copying the section's text, so it shows at sizes that stay fast now.
+FILLER = "x" * 1000
+
+
 def markdown(paragraphs: int) -> bytes:
-    return ("# Handbook\n\n" + "".join(f"Paragraph {i} of the handbook.\n\n" for i in range(paragraphs))).encode()
+    return ("# Handbook\n\n" + "".join(f"Paragraph {i} {FILLER}.\n\n" for i in range(paragraphs))).encode()
 
 
 def html(paragraphs: int) -> bytes:
     return ("<title>Handbook</title><h1>Handbook</h1>"
-            + "".join(f"<p>Paragraph {i} of the handbook.</p>\n" for i in range(paragraphs))).encode()
+            + "".join(f"<p>Paragraph {i} {FILLER}.</p>\n" for i in range(paragraphs))).encode()
 
 
 @pytest.mark.parametrize(("reader", "make"), [(read_markdown, markdown), (read_html, html)])
 def test_reading_is_linear_in_paragraphs(reader, make) -> None:
-    small, large = make(20_000), make(80_000)
+    small, large = make(2_000), make(8_000)
     ratio = best_time(lambda: reader(large)) / best_time(lambda: reader(small))
-    assert ratio < 7, f"4x the paragraphs took {ratio:.1f}x the time (linear: about 4, quadratic: 16)"
+    # Linear: about 4 (up to 6 seen on a busy machine); quadratic: 16 (20 and more measured before the fix).
+    assert ratio < 10, f"4x the paragraphs took {ratio:.1f}x the time"
 
 
 def test_a_docx_of_empty_paragraphs_reads_fast() -> None:
-    # Each paragraph's style was resolved by scanning all styles (1.7 ms each: 1.4 M empty paragraphs took hours).
+    # Each paragraph's style was resolved by scanning all styles (2.5 ms each: 1.4 M empty paragraphs, about an hour).
     data = docx_with(parts={"word/document.xml": document_xml(
-        "<w:p><w:r><w:t>Start.</w:t></w:r></w:p>" + "<w:p/>" * 200_000 + "<w:p><w:r><w:t>End.</w:t></w:r></w:p>")})
+        "<w:p><w:r><w:t>Start.</w:t></w:r></w:p>" + "<w:p/>" * 1_400_000 + "<w:p><w:r><w:t>End.</w:t></w:r></w:p>")})
     started = time.perf_counter()
     _, sections = read_docx(data)
-    assert time.perf_counter() - started < 5
+    assert time.perf_counter() - started < 15  # about 1.5 s here (before: about an hour)
     assert sections[0].text == "Start.\n\nEnd."
 
 

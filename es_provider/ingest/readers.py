@@ -250,8 +250,8 @@ def _docx_content(data: bytes) -> tuple[str | None, list[tuple[str, str]], list[
         raise ReadError("not a readable .docx (damaged or unsupported zip package)") from None
     except (PythonDocxError, KeyError, ValueError, AttributeError, TypeError):
         # python-docx's reaction to a missing part or an element of an unexpected kind (a renamed root element
-        # has no `title_text`, a renamed <Relationships> no `Relationship_lst`): the file's fault. Only library
-        # calls run in _docx_parts, so none of this hides a mistake of ours that the fixtures would not show.
+        # has no `title_text`, a renamed <Relationships> no `Relationship_lst`): the file's fault. _docx_parts is
+        # thin glue over python-docx; a mistake of ours there would fail every .docx, the fixtures' too.
         raise ReadError("not a readable .docx (missing or invalid part)") from None
 
 

@@ -234,6 +234,9 @@ class DirectorySettings(StrictModel):
     # When the counter cannot be read for longer than this, requests that need groups fail closed (503) rather
     # than be answered with groups older than this.
     max_staleness_s: float = Field(default=5.0, gt=0, le=3600)
+    # A subject's cached groups are read again after this long whatever the counter says: the bound on a change
+    # whose announcement failed (the writer's answer was an error).
+    cache_max_age_s: float = Field(default=30.0, gt=0, le=86400)
 
 
 class ScimSettings(StrictModel):

@@ -11,6 +11,7 @@ polls it and forgets what it cached when it moves.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, Literal
 
 Kind = Literal["User", "Group", "Tombstone", "Unique", "Counter"]
@@ -30,7 +31,8 @@ INDEX_BODY: dict[str, Any] = {
             "active": {"type": "boolean"},
             "name": {"type": "keyword"},
             "members": {"type": "keyword"},
-            "owner": {"type": "keyword"},  # a Unique claim: the resource holding the value
+            "owner": {"type": "keyword"},
+            "nonce": {"type": "keyword", "index": False},  # a Unique claim: the resource holding the value
             "resource": {"type": "object", "enabled": False},
         },
     },
@@ -71,4 +73,6 @@ def tombstone_doc(subject: str) -> dict[str, Any]:
     return {"kind": "Tombstone", "subject": subject}
 
 
-COUNTER_DOC: dict[str, Any] = {"kind": "Counter"}  # rewritten at every change: its `_seq_no` moves
+def counter_doc() -> dict[str, Any]:
+    """Rewritten at every change: its `_seq_no` moves, and a fresh nonce tells it from a re-created index's."""
+    return {"kind": "Counter", "nonce": uuid.uuid4().hex}

@@ -102,6 +102,11 @@ def _check_by_query(response: dict[str, Any]) -> None:
         raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{len(failures)} write(s) failed: {failures[0]}")
 
 
+def _index_missing(exc: TransportError) -> bool:
+    """The engine's own "no such index", not any 404 (a proxy's, or a wrong path's): only that means "holds none"."""
+    return exc.status_code == 404 and exc.error == "index_not_found_exception"
+
+
 class VersionConflict(KnowledgeError):
     """A conditional write (if_seq_no/if_primary_term, or a create) found the document changed or present."""
 
@@ -616,7 +621,7 @@ class Engine:
             try:
                 answer = await self._door.post(f"/{index}/_mget", payload)
             except TransportError as exc:
-                if exc.status_code == 404:
+                if _index_missing(exc):
                     return []
                 raise
             found = []
@@ -691,7 +696,7 @@ class Engine:
             try:
                 answer = await self._door.post(f"/{index}/_search", payload)
             except TransportError as exc:
-                if exc.status_code == 404:
+                if _index_missing(exc):
                     return []
                 raise
             _check_search(answer)

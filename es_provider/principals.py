@@ -82,10 +82,13 @@ class PrincipalStore:
         self._poll_s = settings.directory.poll_interval_s
         self._stale_s = settings.directory.max_staleness_s
         self._clock = clock
-        self._cache: OrderedDict[str, Membership] = OrderedDict()
-        self._marker: tuple[int, int] | None = None  # the counter's (seq_no, primary_term): None = no store yet
+        self._max_age_s = settings.directory.cache_max_age_s
+        self._cache: OrderedDict[str, tuple[Membership, float]] = OrderedDict()  # with when it was read
+        # The counter's (seq_no, primary_term, nonce): None = no store seen yet. The nonce tells a re-created
+        # index's counter from the old one at the same seq_no.
+        self._marker: tuple[int, int, str] | None = None
         self._generation = 0
-        self._read_at: float | None = None  # when the counter was last read
+        self._read_at: float | None = None  # when the counter last read (the moment the read was sent)
         self._failing_since: float | None = None
 
     @property
@@ -94,29 +97,36 @@ class PrincipalStore:
         return self._generation
 
     async def poll(self, budget: Budget | None = None) -> None:
-        """Reads the change counter; when it moved, everything cached is forgotten."""
-        budget = budget or fixed_budget(int(max(self._poll_s, 1.0) * 1000), now_monotonic=self._clock())
+        """Reads the change counter; when it moved, everything cached is forgotten. A counter that was seen once
+        and is gone (the store's index deleted, or a proxy answering for it) is an error, never "no store"."""
+        sent_at = self._clock()
+        budget = budget or fixed_budget(int(max(self._poll_s, 1.0) * 1000), now_monotonic=sent_at)
         docs = await self._engine.get_documents(self._index, [directory.COUNTER_ID], budget)
-        marker = (int(docs[0]["_seq_no"]), int(docs[0]["_primary_term"])) if docs else None
+        if not docs and self._marker is not None:
+            raise KnowledgeError(ErrorCode.UNAVAILABLE, detail="the principal store's change counter is gone")
+        marker = (int(docs[0]["_seq_no"]), int(docs[0]["_primary_term"]),
+                  str(docs[0].get("_source", {}).get("nonce"))) if docs else None
         if marker != self._marker or self._read_at is None:
             self._marker = marker
             self._generation += 1
             self._cache.clear()
-        self._read_at = self._clock()
+        self._read_at = sent_at
         if self._failing_since is not None:
-            log.warning("principal store readable again after %.1f s", self._read_at - self._failing_since)
+            log.warning("principal store readable again after %.1f s", self._clock() - self._failing_since)
             self._failing_since = None
 
     async def run(self) -> None:
-        """The poller: for the life of the app. Failures are logged once per failing stretch."""
+        """The poller: for the life of the app. Failures are logged once per failing stretch; requests then poll
+        for themselves and fail closed past the staleness bound."""
         while True:
             try:
                 await self.poll()
-            except KnowledgeError as exc:
+            except Exception as exc:  # the poller must outlive any one failure
                 if self._failing_since is None:
                     self._failing_since = self._clock()
-                    log.warning("principal store unreadable (%s): lookups fail closed after %.0f s", exc.detail,
-                                self._stale_s)
+                    detail = exc.detail if isinstance(exc, KnowledgeError) else repr(exc)
+                    log.warning("principal store unreadable (%s): lookups fail closed after %.0f s", detail,
+                                self._stale_s, exc_info=not isinstance(exc, KnowledgeError))
             await asyncio.sleep(self._poll_s)
 
     def _stale(self) -> bool:
@@ -130,16 +140,17 @@ class PrincipalStore:
             except KnowledgeError as exc:
                 raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"principal store unreadable for more than "
                                      f"{self._stale_s:.0f} s: {exc.detail}") from None
+        now = self._clock()
         cached = self._cache.get(subject)
-        if cached is not None:
+        # An entry is kept at most cache_max_age_s: the bound on a change whose announcement failed.
+        if cached is not None and now - cached[1] <= self._max_age_s:
             self._cache.move_to_end(subject)
-            return cached
-        if self._marker is None:
-            return UNKNOWN  # nothing was ever written to the store
+            return cached[0]
         generation = self._generation
         found = await self._read(subject, budget)
         if generation == self._generation:  # not across a change: what was read may predate it
-            self._cache[subject] = found
+            self._cache[subject] = (found, now)
+            self._cache.move_to_end(subject)
             if len(self._cache) > MAX_CACHED:
                 self._cache.popitem(last=False)
         return found
@@ -192,5 +203,5 @@ async def announce_change(engine: Engine, index: str) -> None:
     async for attempt in AsyncRetrying(retry=retry_if_exception_type(KnowledgeError), stop=stop_after_attempt(3),
                                        wait=wait_fixed(0.2), reraise=True):
         with attempt:
-            await engine.put_document(index, directory.COUNTER_ID, directory.COUNTER_DOC,
+            await engine.put_document(index, directory.COUNTER_ID, directory.counter_doc(),
                                       index_body=directory.INDEX_BODY)

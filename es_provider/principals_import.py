@@ -131,14 +131,31 @@ class Directory:
 async def import_users(engine: Engine, settings: Settings, lines: list[UserLine], *, replace: bool) -> Summary:
     directory = Directory(engine, settings)
     summary = Summary()
-    ids = await _users(directory, lines, replace, summary)
-    await _groups(directory, lines, ids, replace, summary)
+    users = _by(await directory.every("Users"), directory.subject, "users with the subject")
+    groups = _by(await directory.every("Groups"), lambda g: g.get("displayName"), "groups named")
+    ids = await _users(directory, lines, users, replace=replace, summary=summary)
+    await _groups(directory, lines, ids, groups, replace=replace, summary=summary)
     return summary
 
 
-async def _users(directory: Directory, lines: list[UserLine], replace: bool, summary: Summary) -> dict[str, str]:
+def _by(resources: list[dict[str, Any]], key: Any, what: str) -> dict[Any, dict[str, Any]]:
+    """Resources by subject or name; two under one (possible in a directory: SCIM makes neither unique) is refused
+    before anything is written, naming them: an import cannot tell which one a line means."""
+    found: dict[Any, dict[str, Any]] = {}
+    for resource in resources:
+        name = key(resource)
+        if name is None:  # unnamed: kept apart, each under its own id (deleted by --replace)
+            name = ("unnamed", resource["id"])
+        elif name in found:
+            raise ImportError_(f"the store holds two {what} {name!r} (ids {found[name]['id']}, {resource['id']}); "
+                               "resolve that in the identity provider first (nothing was changed)")
+        found[name] = resource
+    return found
+
+
+async def _users(directory: Directory, lines: list[UserLine], users: dict[Any, dict[str, Any]], *, replace: bool,
+                 summary: Summary) -> dict[str, str]:
     """Each line's user created or brought to its line's state; with `replace`, the others deleted. Their ids."""
-    users = {directory.subject(u): u for u in await directory.every("Users")}
     ids: dict[str, str] = {}
     for line in lines:
         existing = users.get(line.subject)
@@ -159,7 +176,7 @@ async def _users(directory: Directory, lines: list[UserLine], replace: bool, sum
             summary.unchanged += 1
     if replace:
         for subject, user in users.items():
-            if subject not in ids:
+            if subject not in ids:  # a user without a subject too: the store is made equal to the file
                 await directory.call("DELETE", f"/Users/{user['id']}")
                 summary.users_deleted += 1
     return ids
@@ -169,8 +186,8 @@ def _removals(members: Iterable[str]) -> list[dict[str, Any]]:
     return [{"op": "remove", "path": f'members[value eq "{m}"]'} for m in sorted(members)]
 
 
-async def _groups(directory: Directory, lines: list[UserLine], ids: dict[str, str], replace: bool,
-                  summary: Summary) -> None:
+async def _groups(directory: Directory, lines: list[UserLine], ids: dict[str, str],
+                  stored: dict[Any, dict[str, Any]], *, replace: bool, summary: Summary) -> None:
     """The file's users get exactly their lines' groups (groups made as needed); other users' memberships stay
     unless the store is replaced, when the groups the file does not name are deleted."""
     named = set(ids.values())
@@ -178,7 +195,6 @@ async def _groups(directory: Directory, lines: list[UserLine], ids: dict[str, st
     for line in lines:
         for name in line.groups:
             wanted.setdefault(name, set()).add(ids[line.subject])
-    stored = {g.get("displayName"): g for g in await directory.every("Groups")}
     for name, members in wanted.items():
         group = stored.get(name)
         if group is None:

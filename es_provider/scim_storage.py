@@ -322,6 +322,10 @@ class DirectoryStorage(AsyncScimStorage):
             if expected_version is not None and stored.resource.meta.version != expected_version:
                 raise Raced
             updated = type(resource).model_validate(resource.model_dump())
+            if kind == "User" and getattr(updated, "active", None) is None:
+                # A replacement that leaves `active` out keeps it (RFC 7644 §3.5.1 lets the provider choose): a
+                # deactivated user is never reactivated by omission.
+                setattr(updated, "active", getattr(stored.resource, "active", None))  # noqa: B010 (User only)
             updated.meta = stored.resource.meta.model_copy(update={
                 "location": None, "last_modified": _utcnow(),
                 "version": version_of(counter_of(stored.resource.meta.version) + 1)})

@@ -17,7 +17,7 @@ from aiohttp import web
 from pydantic import Field
 
 from es_provider import auth
-from es_provider.acl import Filter, ordered
+from es_provider.acl import Filter, Identity, ordered
 from es_provider.config import FilterName, KnowledgeBase
 from es_provider.deadline import budget_from_deadline
 from es_provider.domain import SearchRequest, SearchResult
@@ -86,9 +86,12 @@ def check_consistency(
         raise protocol_error("Idempotency-Key must equal executionId")
 
 
-def fingerprint(data: dict[str, Any]) -> bytes:
-    """The request without its deadline: a retry of the same callback carries a later deadline."""
+def fingerprint(data: dict[str, Any], identity: Identity) -> bytes:
+    """The request without its deadline (a retry of the same callback carries a later deadline), and what the
+    identity is granted now: a retry after the directory revoked a grant is a different request (422), never the
+    answer given before the revocation."""
     canonical = {k: v for k, v in data.items() if k != "deadline"}
+    canonical["_grants"] = {"subject": identity.granted_subject, "groups": sorted(identity.groups)}
     return hashlib.sha256(orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)).digest()
 
 
@@ -192,7 +195,7 @@ async def callback(request: web.Request) -> web.Response:
             return body
 
         key = (kb.id, version, req.appId, req.executionId)
-        return kit.answer(await services.idempotency.once(key, fingerprint(data), search, time.monotonic))
+        return kit.answer(await services.idempotency.once(key, fingerprint(data, identity), search, time.monotonic))
 
 
 _ERROR_CODES = [code.value for code in ErrorCode]

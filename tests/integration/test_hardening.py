@@ -394,9 +394,10 @@ async def test_a_search_stops_on_the_engine_when_its_budget_ends(engine, kb) -> 
     started = time.monotonic()
     with pytest.raises(KnowledgeError):
         await engine.search(kb.alias, slow, fixed_budget(300, now_monotonic=time.monotonic()))
-    assert time.monotonic() - started < 1.0
-    await asyncio.sleep(0.3)
-    assert all(task.get("cancelled") for task in await running()), "a search whose budget ended was not cancelled"
+    assert time.monotonic() - started < 2.0
+    while not all(task.get("cancelled") for task in await running()):  # marked cancelled (or already gone)
+        assert time.monotonic() - started < 2.0, "a search whose budget ended was not cancelled"
+        await asyncio.sleep(0.05)
     while await running():
         assert time.monotonic() - started < 4.0, "the engine kept running a search whose budget had ended"
         await asyncio.sleep(0.05)

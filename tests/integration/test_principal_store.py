@@ -141,3 +141,41 @@ async def test_an_unreadable_store_fails_closed(engine, kb, proxy, client_for) -
                                 (200, {"ops-runbook"})) == (200, {"ops-runbook"})
     finally:
         await engine.delete_index(index)
+
+
+async def test_a_store_that_disappears_fails_closed_instead_of_falling_back(engine, kb, client_for) -> None:
+    """Review finding: once a process has seen the store, its index deleted (or a 404 for it) must not turn every
+    subject into an unknown one served from [principals]."""
+    index = f"test-principals-{uuid.uuid4().hex}"
+    await load_records(engine, kb, DOCS)
+    await put_user(engine, index, "c1", "u-carol", active=False)  # [principals] gives u-carol eng and ops
+    await announce_change(engine, index)
+    client = await client_for(kb, directory=directory_settings(index))
+    assert await sparktide_documents(client, "u-carol") == (200, set())
+    await engine.delete_index(index)
+    await asyncio.sleep(1.5)  # past max_staleness_s (1 s)
+    status, documents = await sparktide_documents(client, "u-carol")
+    assert (status, documents) == (503, set())
+
+
+async def test_a_retry_after_a_revocation_is_not_answered_from_memory(engine, kb, client_for) -> None:
+    """Review finding: a SparkTide retry (same executionId) after the directory revoked a grant got the answer
+    computed before: now the grants are part of the request's fingerprint, so it is refused (422), no content."""
+    index = f"test-principals-{uuid.uuid4().hex}"
+    await load_records(engine, kb, DOCS)
+    await put_user(engine, index, "a1", "u-alice")
+    await put_group(engine, index, "g1", "ops", ["a1"])
+    await announce_change(engine, index)
+    client = await client_for(kb, directory=directory_settings(index))
+    try:
+        call = body("u-alice", "team-a", query="installation", topK=10, executionId="retried-1")
+        first = await client.post(ROUTE, json=call, headers=headers(**{"Idempotency-Key": "retried-1"}))
+        assert {i["documentId"] for i in (await first.json())["items"]} == {"ops-runbook"}
+        await put_group(engine, index, "g1", "ops", [])
+        await announce_change(engine, index)
+        await asyncio.sleep(0.5)
+        retry = await client.post(ROUTE, json=call, headers=headers(**{"Idempotency-Key": "retried-1"}))
+        assert retry.status == 422 and "items" not in await retry.json()
+    finally:
+        await engine.delete_index(index)
+

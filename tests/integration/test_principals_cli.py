@@ -79,3 +79,22 @@ async def test_import_is_idempotent_and_replace_makes_the_store_equal_to_the_fil
         assert show(config, "u-dave")["source"] == "none"
     finally:
         await engine.delete_index(index)
+
+
+async def test_import_refuses_two_groups_of_one_name(opensearch, engine, tmp_path: Path) -> None:
+    """Review finding: with two groups named alike, an import changed one and left the member in the other."""
+    index = f"test-principals-{uuid.uuid4().hex}"
+    config = write_config(tmp_path / "config.toml", opensearch.url, [],
+                          sections={"directory": {"enabled": True, "index": index}})
+    try:
+        assert run(config, "import", str(lines(tmp_path / "a.jsonl", [{"subject": "u-a", "groups": ["fin"]}]))
+                   ).returncode == 0
+        (group,) = await engine.search_documents(index, {"term": {"kind": "Group"}})
+        twin = {**group["_source"]["resource"], "id": "twin"}
+        await engine.put_document(index, directory.doc_id("Group", "twin"), directory.group_doc(twin))
+        refused = run(config, "import", str(lines(tmp_path / "b.jsonl", [{"subject": "u-a", "groups": []}])))
+        assert refused.returncode == 1 and "two groups named 'fin'" in refused.stderr, refused.stderr
+        assert show(config, "u-a")["groups"] == ["fin"]  # nothing was changed
+    finally:
+        await engine.delete_index(index)
+

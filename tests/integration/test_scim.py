@@ -493,3 +493,15 @@ class TestDirectoryStorageContract(AsyncScimStorageContract):
                 await async_storage.engine.close()
 
             runner.run(empty())
+
+
+async def test_a_replacement_that_leaves_active_out_keeps_a_user_deactivated(scim_app, engine, store) -> None:
+    """Review finding: a PUT without `active` reactivated a deactivated user (absent read as true)."""
+    client = await scim_app()
+    created = await client.post("/scim/v2/Users", headers=auth(), data=json.dumps(
+        {"schemas": [USER], "userName": "put.user", "active": False}))
+    uid = (await created.json())["id"]
+    replaced = await client.put(f"/scim/v2/Users/{uid}", headers=auth(), data=json.dumps(
+        {"schemas": [USER], "id": uid, "userName": "put.user", "displayName": "Put User"}))
+    assert replaced.status == 200, await replaced.text()
+    assert (await docs(engine, store, f"user:{uid}"))[f"user:{uid}"]["active"] is False

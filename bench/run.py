@@ -21,6 +21,9 @@
 9. scale    latency through the service and direct at 5k, 50k and 500k chunks (bench/hotpath.py).
 10. engines the BM25 and hybrid knowledge bases on OpenSearch, Elasticsearch 8 and Elasticsearch 9: quality and
             added latency per engine, side by side (bench/engines.py).
+11. identities subjects' groups from `[principals]` in the file vs from the principal store ([directory]): p50 at
+            concurrency 1, service CPU per request and requests/s at 32, and what a cache miss costs
+            (bench/identities.py).
 
 Sections 1-4 index one chunk per SciFact abstract (as BEIR indexes whole documents, and as the naive loader of
 section 1 writes them); sections 5 and 6 use the default ingest settings.
@@ -267,7 +270,8 @@ def config_for_hotpath(work: Path, url: str) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=scifact.DEFAULT_DATA, help="SciFact in the BEIR layout")
-    parser.add_argument("--sections", default="ingest,quality,latency,acl,semantic,relevance,hotpath,workers,scale,engines")
+    parser.add_argument("--sections", default="ingest,quality,latency,acl,semantic,relevance,hotpath,workers,scale,engines,"
+                        "identities")
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds per measurement")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
@@ -366,6 +370,13 @@ def main() -> None:
 
         results["engines"] = engines.run(work, url, MAIN, records, queries, qrels, args.rounds, CHUNK_SIZE)
         write_result("engines", {"machine": info, **results["engines"]})
+
+    if "identities" in sections:
+        print("11/11 subjects' groups from the file vs from the principal store", flush=True)
+        from bench import identities
+
+        results["identities"] = identities.run(work, url, MAIN, list(queries.values()), max(4, args.rounds + 2))
+        write_result("identities", {"machine": info, **results["identities"]})
 
     results["total_seconds"] = round(time.monotonic() - started)
     from bench.report import render

@@ -56,8 +56,11 @@ def access_detail(rule: Filter, source: Mapping[str, Any], identity: Identity) -
     subjects, groups = _names(chunk_acl.get("subjects")), _names(chunk_acl.get("groups"))
     mine = ", ".join(sorted(identity.groups)) or "none"
     who = identity.subject_id or "(no subject)"
-    subject_part = (f"it names no subjects (so not {who})" if subjects == "none"
-                    else f"its subjects {subjects} do not include {who}")
+    if identity.subject_id is not None and not identity.subject_active:
+        subject_part = f"{who} is deactivated or deleted in the directory, so its subject grants nothing"
+    else:
+        subject_part = (f"it names no subjects (so not {who})" if subjects == "none"
+                        else f"its subjects {subjects} do not include {who}")
     group_part = (f"it names no groups (this identity's groups: [{mine}])" if groups == "none"
                   else f"its groups {groups} share none with this identity's groups [{mine}]")
     return f"not public; {subject_part}; {group_part}"

@@ -685,11 +685,13 @@ class Engine:
         return await self._call(None, run, retry=False)
 
     async def search_documents(self, index: str, query: dict[str, Any], *, size: int = 10_000,
-                               budget: Budget | None = None) -> list[dict[str, Any]]:
+                               budget: Budget | None = None, source: list[str] | None = None) -> list[dict[str, Any]]:
         """Every hit of `query` (at most `size`, which must not pass the index's max_result_window: use `scan`
         for more), with `_id`, `_source`, `_seq_no` and `_primary_term`, in `_id` order; a missing index holds
         none. For the principal store's small, refreshed index."""
-        body = {"query": query, "size": size, "seq_no_primary_term": True}
+        body: dict[str, Any] = {"query": query, "size": size, "seq_no_primary_term": True}
+        if source is not None:
+            body["_source"] = source  # only these fields: a group's member list can be large
         payload = orjson.dumps(body)
 
         async def run(_: float) -> list[dict[str, Any]]:

@@ -164,7 +164,8 @@ class PrincipalStore:
             return first
         user_ids = [d["scim_id"] for d in docs if d.get("kind") == "User"]
         groups_query = {"bool": {"filter": [{"term": {"kind": "Group"}}, {"terms": {"members": user_ids}}]}}
-        groups = await self._engine.search_documents(self._index, groups_query, size=MAX_GROUPS, budget=budget)
+        groups = await self._engine.search_documents(self._index, groups_query, size=MAX_GROUPS, budget=budget,
+                                                     source=["name"])
         return membership(subject, docs, lambda _: group_names(hit["_source"] for hit in groups))
 
 

@@ -322,14 +322,15 @@ class DirectoryStorage(AsyncScimStorage):
             if expected_version is not None and stored.resource.meta.version != expected_version:
                 raise Raced
             updated = type(resource).model_validate(resource.model_dump())
-            if kind == "User" and getattr(updated, "active", None) is None:
-                # A replacement that leaves `active` out keeps it (RFC 7644 §3.5.1 lets the provider choose): a
-                # deactivated user is never reactivated by omission.
-                setattr(updated, "active", getattr(stored.resource, "active", None))  # noqa: B010 (User only)
             updated.meta = stored.resource.meta.model_copy(update={
                 "location": None, "last_modified": _utcnow(),
                 "version": version_of(counter_of(stored.resource.meta.version) + 1)})
             document = self._document(kind, updated)
+            if kind == "User" and getattr(updated, "active", None) is None:
+                # A replacement or a PATCH that leaves `active` out (or removes it) does not change whether the
+                # user grants: a deactivated user is never reactivated by omission (RFC 7644 §3.5.1 leaves an
+                # omitted attribute to the provider). The resource shows what was sent.
+                document["active"] = stored.source.get("active") is True
             old_values, new_values = unique_values(stored.resource, policy), unique_values(updated, policy)
             owner = cast(str, updated.id)
             made = await self._claim({urn: v for urn, v in new_values.items() if old_values.get(urn) != v}, owner)

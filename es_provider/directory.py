@@ -17,7 +17,6 @@ from typing import Any, Literal
 Kind = Literal["User", "Group", "Tombstone", "Unique", "Counter"]
 SubjectAttribute = Literal["userName", "externalId"]
 
-COUNTER_ID = "counter:changes"  # doc_id("Counter", "changes")
 
 INDEX_BODY: dict[str, Any] = {
     # One shard: the store is small, and a single shard keeps its writes in one order.
@@ -42,6 +41,9 @@ INDEX_BODY: dict[str, Any] = {
 def doc_id(kind: Kind, key: str) -> str:
     """The engine id of a resource (key: its SCIM id), a tombstone (key: the subject) or a unique-value claim."""
     return f"{kind.lower()}:{key}"
+
+
+COUNTER_ID = doc_id("Counter", "changes")
 
 
 def subject_of(resource: dict[str, Any], attribute: SubjectAttribute) -> str | None:

@@ -107,6 +107,14 @@ def _index_missing(exc: TransportError) -> bool:
     return exc.status_code == 404 and exc.error == "index_not_found_exception"
 
 
+def _write_params(if_seq_no: int | None, if_primary_term: int | None) -> dict[str, Any]:
+    """A principal-store write: refreshed (a search right after sees it), conditional when a version is given."""
+    params: dict[str, Any] = {"refresh": "true"}
+    if if_seq_no is not None and if_primary_term is not None:
+        params["if_seq_no"], params["if_primary_term"] = if_seq_no, if_primary_term
+    return params
+
+
 class VersionConflict(KnowledgeError):
     """A conditional write (if_seq_no/if_primary_term, or a create) found the document changed or present."""
 
@@ -618,12 +626,9 @@ class Engine:
         payload = orjson.dumps({"ids": ids})
 
         async def run(_: float) -> list[dict[str, Any]]:
-            try:
-                answer = await self._door.post(f"/{index}/_mget", payload)
-            except TransportError as exc:
-                if _index_missing(exc):
-                    return []
-                raise
+            answer = await self._post_unless_missing(f"/{index}/_mget", payload)
+            if answer is None:
+                return []
             found = []
             for doc in answer.get("docs") or ():
                 if doc.get("error") is not None and "index_not_found" not in str(doc["error"]):
@@ -634,6 +639,15 @@ class Engine:
 
         return await self._call(budget, run)
 
+    async def _post_unless_missing(self, path: str, payload: bytes) -> dict[str, Any] | None:
+        """The search door's answer, or None when the index does not exist (it holds no documents)."""
+        try:
+            return await self._door.post(path, payload)
+        except TransportError as exc:
+            if _index_missing(exc):
+                return None
+            raise
+
     async def put_document(self, index: str, doc_id: str, document: dict[str, Any], *, create: bool = False,
                            if_seq_no: int | None = None, if_primary_term: int | None = None,
                            index_body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -641,11 +655,9 @@ class Engine:
         `_version`. `create` refuses an existing id, `if_seq_no`/`if_primary_term` a changed one: both raise
         VersionConflict. A missing index is made with `index_body` first. Not retried once sent (a lost answer
         to a conditional write that happened would read as a conflict)."""
-        params: dict[str, Any] = {"refresh": "true"}
+        params = _write_params(if_seq_no, if_primary_term)
         if create:
             params["op_type"] = "create"
-        if if_seq_no is not None and if_primary_term is not None:
-            params["if_seq_no"], params["if_primary_term"] = if_seq_no, if_primary_term
 
         async def run(left: float) -> dict[str, Any]:
             for attempt in range(2):  # the second only after making the missing index
@@ -667,9 +679,7 @@ class Engine:
                               if_primary_term: int | None = None) -> bool:
         """Deletes one document and refreshes: True when it was there. A changed one (if_seq_no) raises
         VersionConflict."""
-        params: dict[str, Any] = {"refresh": "true"}
-        if if_seq_no is not None and if_primary_term is not None:
-            params["if_seq_no"], params["if_primary_term"] = if_seq_no, if_primary_term
+        params = _write_params(if_seq_no, if_primary_term)
 
         async def run(left: float) -> bool:
             try:
@@ -695,12 +705,9 @@ class Engine:
         payload = orjson.dumps(body)
 
         async def run(_: float) -> list[dict[str, Any]]:
-            try:
-                answer = await self._door.post(f"/{index}/_search", payload)
-            except TransportError as exc:
-                if _index_missing(exc):
-                    return []
-                raise
+            answer = await self._post_unless_missing(f"/{index}/_search", payload)
+            if answer is None:
+                return []
             _check_search(answer)
             hits: list[dict[str, Any]] = answer.get("hits", {}).get("hits", [])
             return sorted(hits, key=lambda hit: str(hit["_id"]))  # Elasticsearch 8+ does not sort on _id

@@ -23,10 +23,9 @@ from scim2_server.responses import ScimResponse
 
 from es_provider.config import Settings
 from es_provider.engine import Engine
+from es_provider.scim_storage import GROUP_SCHEMA, USER_SCHEMA
 from es_provider.strictjson import StrictJsonError, StrictModel, loads_object
 
-USER = "urn:ietf:params:scim:schemas:core:2.0:User"
-GROUP = "urn:ietf:params:scim:schemas:core:2.0:Group"
 PATCH_OP = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
 PAGE = 200
 
@@ -120,7 +119,7 @@ class Directory:
         return value if isinstance(value, str) else None
 
     def new_user(self, line: UserLine) -> dict[str, Any]:
-        body: dict[str, Any] = {"schemas": [USER], "userName": line.subject, "active": line.active}
+        body: dict[str, Any] = {"schemas": [USER_SCHEMA], "userName": line.subject, "active": line.active}
         if self._attribute == "externalId":
             body["externalId"] = line.subject
         if line.display_name:
@@ -198,7 +197,7 @@ async def _groups(directory: Directory, lines: list[UserLine], ids: dict[str, st
     for name, members in wanted.items():
         group = stored.get(name)
         if group is None:
-            await directory.call("POST", "/Groups", {"schemas": [GROUP], "displayName": name,
+            await directory.call("POST", "/Groups", {"schemas": [GROUP_SCHEMA], "displayName": name,
                                                      "members": [{"value": m} for m in sorted(members)]})
             summary.groups_created += 1
             continue

@@ -200,10 +200,6 @@ def install(app: web.Application, token: bytes, state: State) -> None:
     app[STATE] = state
 
 
-def client(request: web.Request) -> str:
-    return request.remote or "unknown"
-
-
 def authenticate(request: web.Request) -> None:
     """The service's own bearer token, compared in constant time, before anything else is read; a refusal is
     logged with the client's address (never what it presented)."""
@@ -211,7 +207,8 @@ def authenticate(request: web.Request) -> None:
     if presented is not None and hmac.compare_digest(presented, request.app[TOKEN]):
         return
     why = "no bearer token" if presented is None else "wrong bearer token"
-    log.warning("scim: %s %s refused: %s", request.method, request.path[:200], why, extra={"remote": client(request)})
+    log.warning("scim: %s %s refused: %s", request.method, request.path[:200], why,
+                extra={"remote": kit.client_address(request)})
     raise unauthenticated(f"scim: {why}")
 
 
@@ -254,7 +251,7 @@ def audit(request: web.Request, wanted: ScimRequest, response: ScimResponse) -> 
         log.info("scim: refused %d%s%s%s", response.status, text_field("method", wanted.method),
                  text_field("path", wanted.path[:200]),
                  text_field("reason", body.get("scimType") or body.get("detail") or ""),
-                 extra={"remote": client(request)})
+                 extra={"remote": kit.client_address(request)})
         return
     verb = WRITES.get(service().match(wanted).operation)
     if verb is None:
@@ -269,7 +266,7 @@ def audit(request: web.Request, wanted: ScimRequest, response: ScimResponse) -> 
     elif kind == "Group" and body:
         fields += text_field("displayName", body.get("displayName")) + text_field("members", len(
             body.get("members") or ()))
-    log.info("scim: %s %s %s%s", verb, kind, ident, fields, extra={"remote": client(request)})
+    log.info("scim: %s %s %s%s", verb, kind, ident, fields, extra={"remote": kit.client_address(request)})
 
 
 def error_response(error: KnowledgeError) -> web.Response:

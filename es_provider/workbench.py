@@ -179,18 +179,14 @@ def _drop_until(stamps: deque[float], horizon: float) -> None:
 GUARD = web.AppKey("workbench_guard", Guard)
 
 
-def client(request: web.Request) -> str:
-    return request.remote or "unknown"
-
-
 def locked_out(request: web.Request, attempted: float) -> web.Response | None:
     """Counts a key attempt from this client (before any body is read, before any comparison), or answers 429 at
     once, with no pause to hold a connection open, when it or everybody has used up the window's failures."""
-    wait = request.app[GUARD].try_key(client(request), attempted)
+    wait = request.app[GUARD].try_key(kit.client_address(request), attempted)
     if wait <= 0:
         return None
     seconds = math.ceil(wait)
-    log.info("workbench: key attempt refused while locked out", extra={"remote": client(request),
+    log.info("workbench: key attempt refused while locked out", extra={"remote": kit.client_address(request),
                                                                         "retry_after_s": seconds})
     response = error_response(KnowledgeError(ErrorCode.RATE_LIMITED,
                                              safe_message="Too many wrong workbench keys; retry later."))
@@ -204,16 +200,16 @@ def right_key(request: web.Request, presented: bytes, attempted: float, refusal:
     fingerprint, with the client's address), and the lockout it may start too."""
     guard = request.app[GUARD]
     if hmac.compare_digest(presented, request.app[WORKBENCH_KEY]):
-        guard.forgive(client(request), attempted)
+        guard.forgive(kit.client_address(request), attempted)
         return True
-    fields = {"remote": client(request)}
+    fields = {"remote": kit.client_address(request)}
     if presented:
         fields["key_fingerprint"] = key_fingerprint(presented)
     log.warning(refusal, extra=fields)
-    wait = guard.wait(client(request), attempted)
+    wait = guard.wait(kit.client_address(request), attempted)
     if wait > 0:
         log.warning("workbench: locked out", extra={
-            "remote": client(request), "retry_after_s": math.ceil(wait),
+            "remote": kit.client_address(request), "retry_after_s": math.ceil(wait),
             "lockout": "everybody" if guard.wait(None, attempted) > 0 else "address"})
     return False
 
@@ -255,7 +251,8 @@ def guarded(handler: Handler, *, page: bool = False) -> Handler:
             if right_key(request, presented, attempted, "workbench: key refused"):
                 return await handler(request)
         elif page:
-            log.info("workbench: page asked for without the workbench key", extra={"remote": client(request)})
+            log.info("workbench: page asked for without the workbench key",
+                     extra={"remote": kit.client_address(request)})
         if page:  # the login form, and nothing else
             return _static("login.html", status=401)
         raise unauthenticated("workbench: no valid session cookie or workbench key")
@@ -275,7 +272,7 @@ def _static(name: str, status: int = 200) -> web.Response:
 
 
 async def page(request: web.Request) -> web.Response:
-    log.info("workbench: page opened", extra={"remote": client(request)})
+    log.info("workbench: page opened", extra={"remote": kit.client_address(request)})
     return _static("workbench.html")
 
 
@@ -298,7 +295,7 @@ async def login(request: web.Request) -> web.Response:
         await asyncio.sleep(FAILED_LOGIN_DELAY_S)  # guessing costs time on one connection; the Guard bounds many
         return _static("login.html", status=401)
     settings = services.settings
-    log.info("workbench: login", extra={"remote": client(request)})
+    log.info("workbench: login", extra={"remote": kit.client_address(request)})
     response = _see_page()
     response.set_cookie(COOKIE, session_token(key, int(time.time() + settings.workbench.session_s)),
                         max_age=int(settings.workbench.session_s), path="/workbench", httponly=True,
@@ -411,7 +408,7 @@ async def search(request: web.Request) -> web.Response:
     kb = _kb(services, ask.knowledge_id)
     identity = await identity_of(services, ask)
     log.info("workbench: search", extra={"knowledge_id": kb.id, "as_tenant": ask.tenant, "as_subject": ask.subject,
-                                         "remote": client(request)})
+                                         "remote": kit.client_address(request)})
     answers: dict[str, Any] = {}
     requests = {name: protocol_request(name, kb, identity, ask) for name in PROTOCOLS}  # bad input: 400, no search
     async with services.admission.slot("workbench"):
@@ -449,7 +446,7 @@ async def why(request: web.Request) -> web.Response:
     identity = await identity_of(services, ask)
     log.info("workbench: explain", extra={"knowledge_id": kb.id, "as_tenant": ask.tenant,
                                           "as_subject": ask.subject, "protocol": ask.protocol,
-                                          "remote": client(request)})
+                                          "remote": kit.client_address(request)})
     wanted = protocol_request(ask.protocol, kb, identity, ask)
     retriever = services.retriever
     budget = _budget(services)

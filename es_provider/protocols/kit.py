@@ -73,6 +73,11 @@ def api_key(request: web.Request, services: Services, *, missing: Callable[[], K
     return key
 
 
+def client_address(request: web.Request) -> str:
+    """Who sent it, for refusal and audit log lines."""
+    return request.remote or "unknown"
+
+
 def check_content_type(request: web.Request) -> None:
     if request.content_type != "application/json":
         raise protocol_error("content type must be application/json", status=415)

@@ -18,6 +18,22 @@ from helpers.setup import HEAVY, bearer, load_records
 CHUNKS = 20_000 if HEAVY else 5_000
 IDENTITIES = 10_000 if HEAVY else 2_000
 
+async def sparktide_documents(client: Any, subject: str, tenant: str | None, token: str, execution: str) -> set[str]:
+    response = await client.post(calls.ROUTE, headers=calls.headers(**{"Idempotency-Key": execution}),
+                                 json=calls.body(subject, tenant, query=token, topK=10, executionId=execution,
+                                                 deadline=int(time.time() * 1000) + 30_000))
+    return {i["documentId"] for i in (await response.json())["items"]}
+
+
+async def dify_acting_documents(client: Any, key: str, kb_id: str, token: str, subject: str) -> set[str]:
+    """Dify's answer for an end user named by the reserved `acting_subject` condition."""
+    response = await client.post("/retrieval", headers=bearer(key), data=json.dumps({
+        "knowledge_id": kb_id, "query": token, "retrieval_setting": {"top_k": 100, "score_threshold": 0},
+        "metadata_condition": {"logical_operator": "and", "conditions": [
+            {"name": "acting_subject", "comparison_operator": "is", "value": subject}]}}))
+    return {r["metadata"]["document_id"] for r in (await response.json())["records"]}
+
+
 async def test_no_leak_and_nothing_missing_through_all_protocols(engine, kb, client_for, figures) -> None:
     rng = random.Random(20261130)
     docs, uses = corpus(rng, CHUNKS)
@@ -63,24 +79,18 @@ async def test_no_leak_and_nothing_missing_through_all_protocols(engine, kb, cli
         groups = set(principals.get(subject, []))
         expected = {d for d in uses[token] if visible(by_id[d], subject, tenant, groups)}
         async with gate:
-            execution = f"iso-{n}"
-            sparktide = await client.post(calls.ROUTE, headers=calls.headers(**{"Idempotency-Key": execution}),
-                                          json=calls.body(subject, tenant, query=token, topK=10, executionId=execution,
-                                                          deadline=int(time.time() * 1000) + 30_000))
+            sparktide = await sparktide_documents(client, subject, tenant, token, f"iso-{n}")
             agentarts = await client.post("/knowledge-bases/retrieve", headers=bearer("broad-key"), data=json.dumps({
                 "knowledge_base_ids": [kb.id], "query": token, "method": "doc", "limit": 100,
                 "extra_params": [{"key": "tenant_id", "value": tenant or ""}, {"key": "subject_id", "value": subject}]}))
             dify = await client.post("/retrieval", headers=bearer(dify_keys[(subject, tenant)]), data=json.dumps({
                 "knowledge_id": kb.id, "query": token, "retrieval_setting": {"top_k": 100, "score_threshold": 0}}))
-            dify_acting = await client.post("/retrieval", headers=bearer(acting_keys[tenant]), data=json.dumps({
-                "knowledge_id": kb.id, "query": token, "retrieval_setting": {"top_k": 100, "score_threshold": 0},
-                "metadata_condition": {"logical_operator": "and", "conditions": [
-                    {"name": "acting_subject", "comparison_operator": "is", "value": subject}]}}))
+            dify_acting = await dify_acting_documents(client, acting_keys[tenant], kb.id, token, subject)
             answers = {
-                "sparktide": {i["documentId"] for i in (await sparktide.json())["items"]},
+                "sparktide": sparktide,
                 "agentarts": {r["file_id"] for r in (await agentarts.json())["search_result_list"]},
                 "dify": {r["metadata"]["document_id"] for r in (await dify.json())["records"]},
-                "dify acting subject": {r["metadata"]["document_id"] for r in (await dify_acting.json())["records"]},
+                "dify acting subject": dify_acting,
             }
         for protocol, got in answers.items():
             if got - expected:
@@ -246,16 +256,9 @@ async def test_isolation_holds_while_the_directory_changes(engine, kb, client_fo
     async def check(n: int, subject: str, tenant: str, token: str) -> None:
         async with gate:
             started = time.monotonic()
-            execution = f"dir-{n}"
-            sparktide = await client.post(calls.ROUTE, headers=calls.headers(**{"Idempotency-Key": execution}),
-                                          json=calls.body(subject, tenant, query=token, topK=10, executionId=execution,
-                                                          deadline=int(time.time() * 1000) + 30_000))
-            acting = await client.post("/retrieval", headers=bearer(f"acting-{TENANTS.index(tenant)}"), data=json.dumps({
-                "knowledge_id": kb.id, "query": token, "retrieval_setting": {"top_k": 100, "score_threshold": 0},
-                "metadata_condition": {"logical_operator": "and", "conditions": [
-                    {"name": "acting_subject", "comparison_operator": "is", "value": subject}]}}))
-            answers = {"sparktide": {i["documentId"] for i in (await sparktide.json())["items"]},
-                       "dify acting subject": {r["metadata"]["document_id"] for r in (await acting.json())["records"]}}
+            answers = {"sparktide": await sparktide_documents(client, subject, tenant, token, f"dir-{n}"),
+                       "dify acting subject": await dify_acting_documents(
+                           client, f"acting-{TENANTS.index(tenant)}", kb.id, token, subject)}
             ended = time.monotonic()
         # A deactivated user grants nothing through its subject or the store's groups.
         expectations = [{d for d in uses[token] if oracle_visible(by_id[d], subject if active else None, {tenant},

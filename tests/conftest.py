@@ -213,3 +213,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for part in sorted(store, key=number):
         lines += [f"## {part}", ""] + [f"- {text}" for text in store[part]] + [""]
     Path(target).write_text("\n".join(lines), encoding="utf-8")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """scim2-server's storage contract (test_scim.py) also tests cursor paging, which the SCIM service does not offer
+    (its configuration announces none): those tests are deselected rather than left to skip, so a skipped test
+    always means one that should have run."""
+    unoffered = [item for item in items
+                 if "TestDirectoryStorageContract" in item.nodeid and item.name.startswith("test_cursor")]
+    if unoffered:
+        config.hook.pytest_deselected(items=unoffered)
+        items[:] = [item for item in items if item not in unoffered]

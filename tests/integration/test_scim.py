@@ -472,7 +472,7 @@ def contract_index(opensearch) -> Iterator[str]:
 
 class TestDirectoryStorageContract(AsyncScimStorageContract):
     """Every rule of scim2-server's AsyncScimStorage, for the configuration the service announces (filter and
-    sort; no cursors, so those tests skip). One index for the module, emptied after each test."""
+    sort; no cursors, so conftest deselects those tests). One index for the module, emptied after each test."""
 
     @pytest.fixture
     def provider(self) -> Any:

@@ -278,6 +278,20 @@ def error_response(error: KnowledgeError) -> web.Response:
     return web.Response(status=error.status, body=orjson.dumps(body), content_type=SCIM_MEDIA_TYPE, headers=headers)
 
 
+_ID = ({"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},)
+_RESOURCE = {"type": "object", "description": "a SCIM resource or ListResponse (application/scim+json)"}
+SCIM_ROUTES = (
+    *(kit.Route("GET", f"{PREFIX}/{name}", serve, summary=f"SCIM discovery: {name}", answer=_RESOURCE)
+      for name in ("ServiceProviderConfig", "ResourceTypes", "Schemas")),
+    *(route for kind in ("Users", "Groups") for route in (
+        kit.Route("GET", f"{PREFIX}/{kind}", serve, summary=f"list {kind} (filter, startIndex, count, sortBy)",
+                  answer=_RESOURCE),
+        kit.Route("POST", f"{PREFIX}/{kind}", serve, summary=f"create one of {kind}", answer=_RESOURCE),
+        *(kit.Route(method, f"{PREFIX}/{kind}/{{id}}", serve, summary=f"{verb} one of {kind}", parameters=_ID,
+                    answer=_RESOURCE)
+          for method, verb in (("GET", "read"), ("PUT", "replace"), ("PATCH", "patch"), ("DELETE", "delete"))))),
+)
+
 PROTOCOL = kit.Protocol(
     name="scim",
     prefixes=("/scim/",),
@@ -285,8 +299,10 @@ PROTOCOL = kit.Protocol(
     error_schema={"type": "object", "required": ["schemas", "status"], "properties": {
         "schemas": {"type": "array", "items": {"type": "string"}}, "status": {"type": "string"},
         "scimType": {"type": "string"}, "detail": {"type": "string"}}},
-    # Every method on every path under /scim/v2: scim2-server routes them (its discovery endpoints describe them).
+    # The resource and discovery endpoints, named for /openapi.json; then every other method and path under
+    # /scim/v2, which scim2-server routes (and refuses in SCIM's terms) all the same.
     routes=(
+        *SCIM_ROUTES,
         kit.Route(hdrs.METH_ANY, PREFIX, serve, summary="SCIM 2.0 service provider", in_openapi=False),
         kit.Route(hdrs.METH_ANY, PREFIX + "/{tail:.*}", serve, summary="SCIM 2.0 service provider",
                   in_openapi=False),

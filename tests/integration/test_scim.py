@@ -505,3 +505,12 @@ async def test_a_replacement_that_leaves_active_out_keeps_a_user_deactivated(sci
         {"schemas": [USER], "id": uid, "userName": "put.user", "displayName": "Put User"}))
     assert replaced.status == 200, await replaced.text()
     assert (await docs(engine, store, f"user:{uid}"))[f"user:{uid}"]["active"] is False
+
+
+async def test_the_scim_endpoints_are_in_openapi_when_enabled(scim_app, client_for) -> None:
+    described = await (await (await scim_app()).get("/openapi.json")).json()
+    assert {"get", "post"} <= set(described["paths"]["/scim/v2/Users"])
+    assert {"get", "put", "patch", "delete"} <= set(described["paths"]["/scim/v2/Groups/{id}"])
+    assert "get" in described["paths"]["/scim/v2/ServiceProviderConfig"]
+    disabled = await (await (await client_for(new_kb())).get("/openapi.json")).json()
+    assert not any(path.startswith("/scim") for path in disabled["paths"])

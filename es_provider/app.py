@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import hmac
 import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from es_provider import auth, embedders, openapi, workbench
+from es_provider import access, access_view, auth, embedders, openapi, workbench
 from es_provider.acl import Filter
 from es_provider.admission import Admission
 from es_provider.auth import ReplayCache, load_credentials
@@ -27,6 +29,7 @@ from es_provider.metrics import Metrics
 from es_provider.principals import Principals, PrincipalStore
 from es_provider.protocols import agentarts, dify, sparktide
 from es_provider.protocols.kit import ERROR_CODE, Protocol
+from es_provider.recorder import RECORDER, FileSink, IndexSink, Recorder, Sink
 from es_provider.replays import SharedReplays
 from es_provider.retrieval import Retriever
 from es_provider.service import SERVICES, Services
@@ -65,12 +68,14 @@ async def readyz(request: web.Request) -> web.Response:
 PROTOCOLS: tuple[Protocol, ...] = (sparktide.PROTOCOL, agentarts.PROTOCOL, dify.PROTOCOL)
 
 
-def error_middleware(protocols: tuple[Protocol, ...], metrics: Metrics) -> Any:
+def error_middleware(protocols: tuple[Protocol, ...], metrics: Metrics, query_key: bytes | None = None) -> Any:
     """The one place a request's failure becomes an answer: a refusal (KnowledgeError) is logged once with its
     reason and rendered in its protocol's own body; a routing refusal (unknown path, wrong method) under a
     protocol's prefix likewise; a client that went away is counted as 499; anything unexpected is logged with its
-    traceback and answered UNAVAILABLE, with no detail. Every request is counted and timed."""
+    traceback and answered UNAVAILABLE, with no detail. Every request is counted and timed, and every platform
+    request gets its access record (access.py): an answer whose record cannot be kept is not given."""
     owners: dict[object, Protocol] = {route.handler: protocol for protocol in protocols for route in protocol.routes}
+    unrecorded = {route.handler for protocol in protocols for route in protocol.routes if not route.recorded}
     prefixes = [(prefix, protocol) for protocol in protocols for prefix in protocol.prefixes]
 
     def owner(request: web.Request) -> Protocol | None:
@@ -83,6 +88,12 @@ def error_middleware(protocols: tuple[Protocol, ...], metrics: Metrics) -> Any:
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else "unmatched"
         protocol = owner(request)
+        recorder = request.app.get(RECORDER)
+        entry = None
+        if recorder is not None and protocol is not None and protocol.recorded \
+                and request.match_info.handler not in unrecorded:
+            entry = request[access.ENTRY] = access.Entry(protocol.name, route, request.method,
+                                                         request.remote or "unknown", query_key=query_key)
         error: KnowledgeError | None = None
         try:
             response: web.StreamResponse = await handler(request)
@@ -111,11 +122,32 @@ def error_middleware(protocols: tuple[Protocol, ...], metrics: Metrics) -> Any:
             response[ERROR_CODE] = error.code.value
             if error.status == 408:
                 response.force_close()  # the rest of a stalled body is not waited for
+        if entry is not None and recorder is not None and protocol is not None:
+            response = kept(entry, response, recorder=recorder, protocol=protocol, metrics=metrics,
+                            started=started)
         metrics.requests.labels(route, str(response.status), response.get(ERROR_CODE, "")).inc()
         metrics.latency.labels(route).observe(time.monotonic() - started)
         return response
 
     return middleware
+
+
+def kept(entry: access.Entry, response: web.StreamResponse, *, recorder: Recorder, protocol: Protocol,
+         metrics: Metrics, started: float) -> web.StreamResponse:
+    """The response, with its access record queued; in "refuse" mode an answer whose record cannot be kept
+    becomes the protocol's 503."""
+    if response.status < 400 and recorder.refusing():
+        metrics.access_refused.inc()
+        log.warning("refused %s: %s 503 (its access record cannot be kept: a sink is down or full)",
+                    entry.route, ErrorCode.UNAVAILABLE.value)
+        entry.served = ()
+        response = protocol.render_error(KnowledgeError(ErrorCode.UNAVAILABLE))
+        response[ERROR_CODE] = ErrorCode.UNAVAILABLE.value
+    recorder.keep(access.record(entry, status=response.status, code=response.get(ERROR_CODE, ""),
+                                moment=dt.datetime.now(dt.UTC), duration_ms=(time.monotonic() - started) * 1000,
+                                worker=os.getpid()))
+    response.headers["X-Access-Record"] = entry.id
+    return response
 
 
 def log_exposure(settings: Settings) -> None:
@@ -204,6 +236,33 @@ def _own_secret(ref: str, credentials: auth.Credentials, environ: Mapping[str, s
     return secret
 
 
+def _page_key(ref: str, credentials: auth.Credentials, environ: Mapping[str, str] | None, what: str) -> bytes:
+    key = _own_secret(ref, credentials, environ, what)
+    if len(key) < MIN_WORKBENCH_KEY:
+        raise StartupError(f"the {what} ({ref}) must be at least {MIN_WORKBENCH_KEY} characters")
+    return key
+
+
+def _with_pages(app: web.Application, protocols: tuple[Protocol, ...], settings: Settings,
+                credentials: auth.Credentials, environ: Mapping[str, str] | None) -> tuple[Protocol, ...]:
+    """With `[workbench] enabled`: its routes and its own key; with the access record on and `[access_log]
+    view_key_ref`: the access view's routes and its own key. Both count key guesses in one Guard."""
+    if settings.workbench.enabled and settings.workbench.key_ref is not None:
+        app[workbench.WORKBENCH_KEY] = _page_key(settings.workbench.key_ref, credentials, environ, "workbench key")
+        protocols = (*protocols, workbench.PROTOCOL)
+        log.warning("workbench enabled at /workbench (its own key; every login and explain is logged)")
+    if settings.access_log.enabled and settings.access_log.view_key_ref is not None:
+        app[access_view.VIEW_KEY] = _page_key(settings.access_log.view_key_ref, credentials, environ,
+                                              "access view key")
+        if app.get(workbench.WORKBENCH_KEY) == app[access_view.VIEW_KEY]:
+            raise StartupError("the access view key must differ from the workbench key")
+        protocols = (*protocols, access_view.PROTOCOL)
+        log.warning("access view enabled at /workbench/access (its own key; every lookup is logged)")
+    if workbench.WORKBENCH_KEY in app or access_view.VIEW_KEY in app:
+        app[workbench.GUARD] = workbench.Guard()
+    return protocols
+
+
 ScimInstaller = Callable[[web.Application, Engine], None]
 
 
@@ -220,6 +279,39 @@ def _with_scim(protocols: tuple[Protocol, ...], settings: Settings, credentials:
     return (*protocols, scim.PROTOCOL), lambda app, engine: scim.install(app, token, scim.State(engine, settings))
 
 
+def access_context(settings: Settings, metrics: Metrics) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The access record's writers, started once the engine is met; at the stop (after in-flight answers) what is
+    queued is written before the engine client closes."""
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        recorder, own = access_recorder(settings, app[ENGINE], metrics)
+        recorder.start()
+        app[RECORDER] = recorder
+        try:
+            yield
+        finally:
+            await recorder.close()
+            if own is not None:
+                await own.close()
+
+    return context
+
+
+def access_recorder(settings: Settings, engine: Engine, metrics: Metrics) -> tuple[Recorder, Engine | None]:
+    """The access record's sinks, and the engine client of its own when the records live on another cluster."""
+    config = settings.access_log
+    own = Engine(config.url, timeout_s=settings.opensearch.timeout_s) if config.url else None
+    sinks: list[Sink] = []
+    if "index" in config.sinks:
+        sinks.append(IndexSink(own or engine, config.index))
+    if "file" in config.sinks and config.directory:
+        sinks.append(FileSink(Path(config.directory)))
+    log.info("access record: %s (on sink failure: %s)", ", ".join(
+        f"indices {config.index}-*" if s.name == "index" else f"files in {config.directory}" for s in sinks),
+        config.on_sink_failure)
+    return Recorder(config, sinks, dropped=lambda reason, n: metrics.access_dropped.labels(reason).inc(n),
+                    written=lambda sink, n: metrics.access_written.labels(sink).inc(n)), own
+
+
 def create_app(
     settings: Settings, environ: Mapping[str, str] | None = None, protocols: tuple[Protocol, ...] = PROTOCOLS
 ) -> web.Application:
@@ -227,24 +319,17 @@ def create_app(
     credentials = load_credentials(settings, os.environ if environ is None else environ)
     metrics = Metrics()
     log_exposure(settings)
-    workbench_key = None
-    if settings.workbench.enabled and settings.workbench.key_ref is not None:
-        workbench_key = _own_secret(settings.workbench.key_ref, credentials, environ, "workbench key")
-        if len(workbench_key) < MIN_WORKBENCH_KEY:
-            raise StartupError(f"the workbench key ({settings.workbench.key_ref}) must be at least "
-                               f"{MIN_WORKBENCH_KEY} characters")
-        protocols = (*protocols, workbench.PROTOCOL)
-        log.warning("workbench enabled at /workbench (its own key; every login and explain is logged)")
-    protocols, install_scim = _with_scim(protocols, settings, credentials, environ)
     # A refused body (413, 408) is drained for at most a second before the connection closes (aiohttp's default
     # of 10 s would keep a stalled sender's connection open twice as long as body_timeout_s allows). Request bodies
     # are never inflated: aiohttp would inflate a compressed body as it arrives, before any route or credential is
     # checked (a 486 KB deflate body of 500 MB cost 0.6 s of the event loop); admission.body refuses them with 415.
-    app = web.Application(middlewares=[error_middleware(protocols, metrics)],
-                          handler_args={"lingering_time": 1.0, "auto_decompress": False})
-    if workbench_key is not None:
-        app[workbench.WORKBENCH_KEY] = workbench_key
-        app[workbench.GUARD] = workbench.Guard()
+    query_key = None
+    if settings.access_log.enabled and settings.access_log.query_key_ref is not None:
+        query_key = _own_secret(settings.access_log.query_key_ref, credentials, environ, "access record's query key")
+    app = web.Application(handler_args={"lingering_time": 1.0, "auto_decompress": False})
+    protocols = _with_pages(app, protocols, settings, credentials, environ)
+    protocols, install_scim = _with_scim(protocols, settings, credentials, environ)
+    app.middlewares.append(error_middleware(protocols, metrics, query_key))
     app[METRICS] = metrics
     if settings.server.metrics_token_ref is not None:
         app[METRICS_TOKEN] = _own_secret(settings.server.metrics_token_ref, credentials, environ, "metrics token")
@@ -294,6 +379,8 @@ def create_app(
         await _close_all(models)
 
     app.cleanup_ctx.append(engine_context)
+    if settings.access_log.enabled:
+        app.cleanup_ctx.append(access_context(settings, metrics))  # stopped first: after in-flight answers
     for protocol in protocols:
         for route in protocol.routes:
             app.router.add_route(route.method, route.path, route.handler)

@@ -254,12 +254,56 @@ class ScimSettings(StrictModel):
         return self
 
 
+SinkName = Literal["index", "file"]
+
+
+class AccessLogSettings(StrictModel):
+    """The access record (docs/access.md): one record per answered or refused platform request — who asked, with
+    which credential, for which knowledge bases, and which documents and chunks were served — never the query text
+    or any content. On by default: a security team's first question after an incident is "who was served it"."""
+
+    enabled: bool = True
+    # "index": daily indices `<index>-YYYY.MM.DD` on the engine (every worker and instance writes there, the
+    # operator queries them with `es-provider access`); "file": daily JSON Lines files in `directory`; or both.
+    sinks: list[SinkName] = Field(default_factory=lambda: ["index"], min_length=1, max_length=2)  # type: ignore[arg-type]
+    index: str = Field(default="es-provider-access", pattern=r"^[a-z0-9][a-z0-9_.-]{0,180}$")
+    # The engine that holds the records: unset, the one in [opensearch] (a separate cluster may keep them instead).
+    url: str | None = None
+    directory: str | None = None  # "file": where `access-YYYY-MM-DD.jsonl` files are written
+    retention_days: int = Field(default=90, ge=1, le=36500)  # older daily indices and files are deleted
+    # What happens when records cannot be kept (the sink is down for longer than max_delay_s, or max_queued
+    # records wait): "refuse" answers 503 until it recovers (no answer goes unrecorded); "count" answers anyway and
+    # counts every record it drops (metric es_provider_access_records_dropped, and a log line).
+    on_sink_failure: Literal["refuse", "count"] = "refuse"
+    max_queued: int = Field(default=20_000, ge=1, le=10_000_000)
+    max_delay_s: float = Field(default=10.0, gt=0, le=3600)
+    flush_interval_s: float = Field(default=1.0, gt=0, le=60)
+    batch: int = Field(default=500, ge=1, le=10_000)
+    # An environment variable holding a key: when set, records carry `query_hmac` (HMAC-SHA256 of the query under
+    # it), so repeats of one query can be correlated without the text.
+    query_key_ref: EnvName | None = None
+    # The access view at /workbench/access ("who was served this document"): its own key, at least 16 characters
+    # (never a platform's secret, the workbench key or the SCIM token). Unset: no view; `es-provider access` only.
+    view_key_ref: EnvName | None = None
+
+    @model_validator(mode="after")
+    def _file_needs_directory(self) -> AccessLogSettings:
+        if "file" in self.sinks and not self.directory:
+            raise ValueError("the \"file\" sink needs directory")
+        if len(set(self.sinks)) != len(self.sinks):
+            raise ValueError("sinks has duplicates")
+        if self.max_delay_s < 2 * self.flush_interval_s:
+            raise ValueError("max_delay_s must be at least twice flush_interval_s (records wait that long anyway)")
+        return self
+
+
 class Settings(StrictModel):
     opensearch: OpenSearchSettings = OpenSearchSettings()
     server: ServerSettings = ServerSettings()
     workbench: WorkbenchSettings = WorkbenchSettings()
     directory: DirectorySettings = DirectorySettings()
     scim: ScimSettings = ScimSettings()
+    access_log: AccessLogSettings = AccessLogSettings()
     scoring: ScoringSettings = ScoringSettings()
     embedders: dict[Ident, EmbedderSettings] = Field(default_factory=dict)
     knowledge: list[KnowledgeBase] = Field(default_factory=list)
@@ -285,6 +329,10 @@ class Settings(StrictModel):
         if self.scim.token_ref is not None and self.scim.token_ref in platform_refs | {self.workbench.key_ref}:
             raise ValueError("scim.token_ref must be its own credential, not a platform's secret, an API key or the "
                              "workbench key")
+        view = self.access_log.view_key_ref
+        if view is not None and view in platform_refs | {self.workbench.key_ref, self.scim.token_ref}:
+            raise ValueError("access_log.view_key_ref must be its own credential, not a platform's secret, an API "
+                             "key, the workbench key or the SCIM token")
         return self
 
     def uses_directory(self) -> bool:

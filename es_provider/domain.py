@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,14 @@ class Chunk:
     metadata: dict[str, Any]
     score: float | None
     repaired: bool = False  # markup residue was removed from its stored text (markup.py)
+
+
+# What one answer served, for the access record: knowledge id, document id, chunk id, score.
+Served = tuple[str, str, str, float | None]
+
+
+def served(chunks: Iterable[Chunk]) -> tuple[Served, ...]:
+    return tuple((c.knowledge_id, c.document_id, c.chunk_id, c.score) for c in chunks)
 
 
 @dataclass(frozen=True, slots=True)

@@ -447,6 +447,44 @@ class Engine:
 
         return await self._call(None, run)
 
+    async def append(self, rows: list[tuple[str, str, bytes]], index_body: dict[str, Any],
+                     budget: Budget | None = None) -> list[tuple[int, int, str]]:
+        """Create-only writes of serialised documents `(index, id, document)` in one `_bulk` through the search
+        door; an index that does not exist yet is made with `index_body` and its rows sent again (nodes may refuse
+        to create indices on write). Written twice (a retry after a lost answer), a row is a 409, not a second copy.
+        Returns the rows not written: (position, status, error type)."""
+        failed = await self._append_once(rows, budget)
+        missing = [position for position, status, _ in failed if status == 404]
+        if not missing:
+            return failed
+        for index in sorted({rows[p][0] for p in missing}):
+            async def make(left: float, index: str = index) -> None:
+                await self._make_index(index, index_body, left)
+
+            await self._call(budget, make)
+        again = await self._append_once([rows[p] for p in missing], budget)
+        return [f for f in failed if f[1] != 404] + [(missing[p], status, kind) for p, status, kind in again]
+
+    async def _append_once(self, rows: list[tuple[str, str, bytes]],
+                           budget: Budget | None) -> list[tuple[int, int, str]]:
+        payload = b"".join(orjson.dumps({"create": {"_index": index, "_id": doc_id}}) + b"\n" + document + b"\n"
+                           for index, doc_id, document in rows)
+
+        async def run(_: float) -> dict[str, Any]:
+            return await self._door.post("/_bulk", payload, "application/x-ndjson")
+
+        answer = await self._call(budget, run)
+        if not answer.get("errors"):
+            return []
+        failed = []
+        for position, item in enumerate(answer.get("items", [])):
+            outcome: dict[str, Any] = next(iter(item.values()), {}) if isinstance(item, dict) else {}
+            status = int(outcome.get("status", 0))
+            if status >= 300 and status != 409:
+                error = outcome.get("error")
+                failed.append((position, status, str(error.get("type") if isinstance(error, dict) else error)))
+        return failed
+
     async def refresh(self, index: str) -> None:
         async def run(left: float) -> None:
             await self._client.indices.refresh(index=index, request_timeout=left)

@@ -15,15 +15,17 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from es_provider.domain import Served
 from es_provider.errors import ErrorCode, KnowledgeError
 
 Key = tuple[str, ...]
+Answer = tuple[bytes, tuple[Served, ...]]  # the body, and what it served (for each request's access record)
 
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
     fingerprint: bytes
-    body: bytes
+    answer: Answer
     expires_at: float
 
 
@@ -32,7 +34,7 @@ _OVERHEAD = 512
 
 
 def _cost(entry: _Entry) -> int:
-    return len(entry.body) + _OVERHEAD
+    return len(entry.answer[0]) + 64 * len(entry.answer[1]) + _OVERHEAD
 
 
 def _reused() -> KnowledgeError:
@@ -47,7 +49,7 @@ class IdempotencyCache:
         self._bytes = 0
         self._on_size = on_size
         self._entries: OrderedDict[Key, _Entry] = OrderedDict()
-        self._running: dict[Key, tuple[bytes, asyncio.Future[bytes]]] = {}
+        self._running: dict[Key, tuple[bytes, asyncio.Future[Answer]]] = {}
 
     @property
     def size_bytes(self) -> int:
@@ -64,7 +66,7 @@ class IdempotencyCache:
         if self._bytes != before and self._on_size is not None:
             self._on_size(self._bytes)
 
-    def get(self, key: Key, fingerprint: bytes, now: float) -> bytes | None:
+    def get(self, key: Key, fingerprint: bytes, now: float) -> Answer | None:
         """The stored answer for `key`; refuses (422) the same executionId carrying a different request."""
         self._expire(now)
         entry = self._entries.get(key)
@@ -72,13 +74,13 @@ class IdempotencyCache:
             return None
         if entry.fingerprint != fingerprint:
             raise _reused()
-        return entry.body
+        return entry.answer
 
-    def put(self, key: Key, fingerprint: bytes, body: bytes, now: float) -> None:
+    def put(self, key: Key, fingerprint: bytes, answer: Answer, now: float) -> None:
         if self._window_s <= 0:
             return
         self._expire(now)
-        entry = _Entry(fingerprint, body, now + self._window_s)
+        entry = _Entry(fingerprint, answer, now + self._window_s)
         if _cost(entry) > self._max_bytes:
             return  # larger than the whole budget: not kept
         if key in self._entries:
@@ -91,8 +93,8 @@ class IdempotencyCache:
             self._on_size(self._bytes)
 
     async def once(
-        self, key: Key, fingerprint: bytes, answer: Callable[[], Awaitable[bytes]], clock: Callable[[], float]
-    ) -> bytes:
+        self, key: Key, fingerprint: bytes, answer: Callable[[], Awaitable[Answer]], clock: Callable[[], float]
+    ) -> Answer:
         """The answer for `key`: stored, awaited from the request already computing it, or computed now.
 
         A failed first attempt stores nothing; a waiting duplicate then computes the answer itself."""
@@ -109,18 +111,18 @@ class IdempotencyCache:
                 return await asyncio.shield(running[1])
             except KnowledgeError:
                 continue  # the first attempt failed: try again (as the first, if nobody else took over)
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._running[key] = (fingerprint, future)
         try:
-            body = await answer()
+            computed = await answer()
         except BaseException as exc:
             failure = exc if isinstance(exc, KnowledgeError) else KnowledgeError(ErrorCode.UNAVAILABLE)
             future.set_exception(failure)
             future.exception()  # retrieved here, so an unawaited failure is not reported as "never retrieved"
             raise
         else:
-            future.set_result(body)
-            self.put(key, fingerprint, body, clock())
-            return body
+            future.set_result(computed)
+            self.put(key, fingerprint, computed, clock())
+            return computed
         finally:
             del self._running[key]

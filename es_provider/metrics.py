@@ -48,6 +48,16 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.access_written = Counter(
+            "es_provider_access_records_written", "Access records written, by sink", ["sink"], registry=self.registry)
+        self.access_dropped = Counter(
+            "es_provider_access_records_dropped", "Access records that could not be kept, by reason (queue_full: "
+            "the sink's queue was full; rejected: the engine refused them for good; stopped: unwritten at the stop)",
+            ["reason"], registry=self.registry)
+        self.access_refused = Counter(
+            "es_provider_access_refused_answers", "Answers refused (503) because their access record could not be "
+            "kept (on_sink_failure = \"refuse\")", registry=self.registry)
+
     def engine_call(self, operation: str, seconds: float, ok: bool) -> None:
         self.engine_latency.labels(operation, "ok" if ok else "error").observe(seconds)
 

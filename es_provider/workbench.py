@@ -26,7 +26,7 @@ import secrets
 import time
 import urllib.parse
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,11 +34,11 @@ import orjson
 from aiohttp import web
 from pydantic import Field
 
-from es_provider import auth, explain, metadata
+from es_provider import access, auth, explain, metadata
 from es_provider.acl import Identity, ordered
 from es_provider.config import KnowledgeBase, RetrievalMode
 from es_provider.deadline import Budget, fixed_budget
-from es_provider.domain import SearchRequest, SearchResult
+from es_provider.domain import Chunk, SearchRequest, SearchResult, served
 from es_provider.errors import ErrorCode, KnowledgeError, forbidden, protocol_error, unauthenticated
 from es_provider.protocols import agentarts, dify, kit, sparktide
 from es_provider.protocols.kit import ERROR_CODE
@@ -195,11 +195,26 @@ def locked_out(request: web.Request, attempted: float) -> web.Response | None:
     return response
 
 
-def right_key(request: web.Request, presented: bytes, attempted: float, refusal: str) -> bool:
+@dataclasses.dataclass(frozen=True)
+class Door:
+    """A page's own key, and its session cookie's name and path, and its login form (the workbench's; the access
+    view's, access_view.py). Guessing either key counts in the one Guard."""
+
+    name: str  # in log lines
+    key: web.AppKey[bytes]
+    cookie: str
+    path: str
+    login_page: str
+
+
+WORKBENCH = Door("workbench", WORKBENCH_KEY, COOKIE, "/workbench", "login.html")
+
+
+def right_key(request: web.Request, presented: bytes, attempted: float, refusal: str, door: Door = WORKBENCH) -> bool:
     """Compares a presented key in constant time; a right one is forgiven its attempt, a wrong one is logged (by
     fingerprint, with the client's address), and the lockout it may start too."""
     guard = request.app[GUARD]
-    if hmac.compare_digest(presented, request.app[WORKBENCH_KEY]):
+    if hmac.compare_digest(presented, request.app[door.key]):
         guard.forgive(kit.client_address(request), attempted)
         return True
     fields = {"remote": kit.client_address(request)}
@@ -208,7 +223,7 @@ def right_key(request: web.Request, presented: bytes, attempted: float, refusal:
     log.warning(refusal, extra=fields)
     wait = guard.wait(kit.client_address(request), attempted)
     if wait > 0:
-        log.warning("workbench: locked out", extra={
+        log.warning("%s: locked out", door.name, extra={
             "remote": kit.client_address(request), "retry_after_s": math.ceil(wait),
             "lockout": "everybody" if guard.wait(None, attempted) > 0 else "address"})
     return False
@@ -237,25 +252,26 @@ def error_response(error: KnowledgeError) -> web.Response:
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
-def guarded(handler: Handler, *, page: bool = False) -> Handler:
+def guarded(handler: Handler, *, page: bool = False, door: Door = WORKBENCH) -> Handler:
     async def run(request: web.Request) -> web.Response:
         if request.method == "POST" and not same_origin(request):
-            raise forbidden("workbench: cross-origin request")
-        if session_valid(request.app[WORKBENCH_KEY], request.cookies.get(COOKIE), time.time()):
+            raise forbidden(f"{door.name}: cross-origin request")
+        if session_valid(request.app[door.key], request.cookies.get(door.cookie), time.time()):
+            access.note(request, credential=f"{door.name}:session")
             return await handler(request)  # a session is no guess: a lockout does not end it
         presented = auth.bearer_token(request.headers.get("Authorization"))
         if presented is not None:
             attempted = time.monotonic()
             if (refusal := locked_out(request, attempted)) is not None:
                 return refusal
-            if right_key(request, presented, attempted, "workbench: key refused"):
+            if right_key(request, presented, attempted, f"{door.name}: key refused", door):
+                access.note(request, credential=f"{door.name}:key")
                 return await handler(request)
         elif page:
-            log.info("workbench: page asked for without the workbench key",
-                     extra={"remote": kit.client_address(request)})
+            log.info("%s: page asked for without its key", door.name, extra={"remote": kit.client_address(request)})
         if page:  # the login form, and nothing else
-            return _static("login.html", status=401)
-        raise unauthenticated("workbench: no valid session cookie or workbench key")
+            return static(door.login_page, status=401)
+        raise unauthenticated(f"{door.name}: no valid session cookie or key")
 
     return run
 
@@ -265,7 +281,7 @@ def _asset(name: str) -> bytes:
     return (STATIC / name).read_bytes()  # read once per process: the files ship with the package
 
 
-def _static(name: str, status: int = 200) -> web.Response:
+def static(name: str, status: int = 200) -> web.Response:
     content_type = "text/javascript" if name.endswith(".js") else "text/html"
     return web.Response(body=_asset(name), status=status, content_type=content_type, charset="utf-8",
                         headers=HEADERS)
@@ -273,46 +289,52 @@ def _static(name: str, status: int = 200) -> web.Response:
 
 async def page(request: web.Request) -> web.Response:
     log.info("workbench: page opened", extra={"remote": kit.client_address(request)})
-    return _static("workbench.html")
+    return static("workbench.html")
 
 
 async def script(request: web.Request) -> web.Response:
-    return _static("workbench.js")
+    return static("workbench.js")
 
 
-async def login(request: web.Request) -> web.Response:
-    if not same_origin(request):
-        raise forbidden("workbench: cross-origin login")
-    attempted = time.monotonic()
-    if (refusal := locked_out(request, attempted)) is not None:  # before the body: a lockout costs nothing
-        return refusal
-    services = request.app[SERVICES]
-    # Through admission like every body (size and time bounded); the form is one urlencoded field.
-    form = urllib.parse.parse_qs((await services.admission.body(request)).decode("utf-8", "replace"))
-    given = form.get("key", [""])[0]
-    key = request.app[WORKBENCH_KEY]
-    if not right_key(request, given.encode(), attempted, "workbench: login refused"):
-        await asyncio.sleep(FAILED_LOGIN_DELAY_S)  # guessing costs time on one connection; the Guard bounds many
-        return _static("login.html", status=401)
-    settings = services.settings
-    log.info("workbench: login", extra={"remote": kit.client_address(request)})
-    response = _see_page()
-    response.set_cookie(COOKIE, session_token(key, int(time.time() + settings.workbench.session_s)),
-                        max_age=int(settings.workbench.session_s), path="/workbench", httponly=True,
-                        samesite="Strict", secure=public_origin(request).startswith("https://"))
-    return response
+def door_login(door: Door) -> Handler:
+    async def login(request: web.Request) -> web.Response:
+        if not same_origin(request):
+            raise forbidden(f"{door.name}: cross-origin login")
+        attempted = time.monotonic()
+        if (refusal := locked_out(request, attempted)) is not None:  # before the body: a lockout costs nothing
+            return refusal
+        services = request.app[SERVICES]
+        # Through admission like every body (size and time bounded); the form is one urlencoded field.
+        form = urllib.parse.parse_qs((await services.admission.body(request)).decode("utf-8", "replace"))
+        given = form.get("key", [""])[0]
+        if not right_key(request, given.encode(), attempted, f"{door.name}: login refused", door):
+            await asyncio.sleep(FAILED_LOGIN_DELAY_S)  # guessing costs time on one connection; the Guard bounds many
+            return static(door.login_page, status=401)
+        settings = services.settings
+        log.info("%s: login", door.name, extra={"remote": kit.client_address(request)})
+        response = _see_page(door)
+        response.set_cookie(door.cookie, session_token(request.app[door.key],
+                                                       int(time.time() + settings.workbench.session_s)),
+                            max_age=int(settings.workbench.session_s), path=door.path, httponly=True,
+                            samesite="Strict", secure=public_origin(request).startswith("https://"))
+        return response
+
+    return login
 
 
-def _see_page() -> web.Response:
-    return web.Response(status=303, headers={**HEADERS, "Location": "/workbench"})
+def _see_page(door: Door) -> web.Response:
+    return web.Response(status=303, headers={**HEADERS, "Location": door.path})
 
 
-async def logout(request: web.Request) -> web.Response:
-    if not same_origin(request):
-        raise forbidden("workbench: cross-origin logout")
-    response = _see_page()
-    response.del_cookie(COOKIE, path="/workbench")
-    return response
+def door_logout(door: Door) -> Handler:
+    async def logout(request: web.Request) -> web.Response:
+        if not same_origin(request):
+            raise forbidden(f"{door.name}: cross-origin logout")
+        response = _see_page(door)
+        response.del_cookie(door.cookie, path=door.path)
+        return response
+
+    return logout
 
 
 # --- what it shows ---
@@ -364,15 +386,16 @@ def protocol_request(name: ProtocolName, kb: KnowledgeBase, identity: Identity, 
                          score_threshold=ask.threshold, metadata=conditions)
 
 
-def rendered(name: ProtocolName, kb: KnowledgeBase, request: SearchRequest, result: SearchResult) -> Any:
-    """The body the protocol would answer (its own renderer)."""
+def rendered(name: ProtocolName, kb: KnowledgeBase, request: SearchRequest,
+             result: SearchResult) -> tuple[Any, Sequence[Chunk]]:
+    """The body the protocol would answer (its own renderer), and the chunks it holds."""
     if name == "sparktide":
-        body, _ = sparktide.render_answer(result, legacy=kb.protocol == "legacy", top_k=request.top_k)
-        return orjson.loads(body)
+        encoded = sparktide.render_answer(result, legacy=kb.protocol == "legacy", top_k=request.top_k)
+        return orjson.loads(encoded.body), encoded.served
     if name == "agentarts":  # the handler's default page: offset 0, limit 10
-        return {"total": len(result.chunks),
-                "search_result_list": [agentarts.render_chunk(c) for c in result.chunks[:AGENTARTS_PAGE]]}
-    return {"records": [dify.render_record(c) for c in result.chunks]}
+        page = result.chunks[:AGENTARTS_PAGE]
+        return {"total": len(result.chunks), "search_result_list": [agentarts.render_chunk(c) for c in page]}, page
+    return {"records": [dify.render_record(c) for c in result.chunks]}, result.chunks
 
 
 def _budget(services: Services) -> Budget:
@@ -407,9 +430,13 @@ async def search(request: web.Request) -> web.Response:
     ask = await _read(request, Ask)
     kb = _kb(services, ask.knowledge_id)
     identity = await identity_of(services, ask)
+    access.note(request, knowledge=[(kb.id, None)])
+    access.note_identity(request, identity)
+    access.note_query(request, ask.query)
     log.info("workbench: search", extra={"knowledge_id": kb.id, "as_tenant": ask.tenant, "as_subject": ask.subject,
                                          "remote": kit.client_address(request)})
     answers: dict[str, Any] = {}
+    shown: list[Chunk] = []  # every chunk the page shows, for the access record
     requests = {name: protocol_request(name, kb, identity, ask) for name in PROTOCOLS}  # bad input: 400, no search
     async with services.admission.slot("workbench"):
         for name, wanted in requests.items():
@@ -421,14 +448,17 @@ async def search(request: web.Request) -> web.Response:
             except KnowledgeError as exc:
                 answers[name] = {"refused": exc.code.value, "message": exc.safe_message}
                 continue
+            body, chunks = rendered(name, kb, wanted, result)
+            shown.extend(chunks)
             answers[name] = {
-                "body": rendered(name, kb, wanted, result),
+                "body": body,
                 "appliedFilters": [f.value for f in result.applied_filters],
                 "mode": resolve_mode(wanted)[0],
                 "top_k": wanted.top_k,
                 "threshold": wanted.score_threshold,
                 "took_ms": round((time.monotonic() - started) * 1000, 1),
             }
+    access.note(request, served=served({c.chunk_id: c for c in shown}.values()))
     return web.json_response({"identity": _identity_json(identity), "answers": answers}, headers=HEADERS)
 
 
@@ -444,6 +474,8 @@ async def why(request: web.Request) -> web.Response:
         raise protocol_error("give exactly one of document_id and chunk_id")
     kb = _kb(services, ask.knowledge_id)
     identity = await identity_of(services, ask)
+    access.note(request, knowledge=[(kb.id, None)])
+    access.note_identity(request, identity)
     log.info("workbench: explain", extra={"knowledge_id": kb.id, "as_tenant": ask.tenant,
                                           "as_subject": ask.subject, "protocol": ask.protocol,
                                           "remote": kit.client_address(request)})
@@ -487,9 +519,10 @@ async def why(request: web.Request) -> web.Response:
 
 def _route(method: str, path: str, handler: Handler, summary: str, *, model: type[StrictModel] | None = None,
            api: bool = False) -> kit.Route:
-    # The JSON API is in /openapi.json; the page, its script and the form login are HTML (docs/workbench.md).
+    # The JSON API is in /openapi.json and in the access record; the page, its script and the form login are HTML
+    # (docs/workbench.md) and logged only.
     return kit.Route(method, path, handler, summary=summary, request_model=model, in_openapi=api,
-                     answer={"type": "object"})
+                     answer={"type": "object"}, recorded=api)
 
 
 # Added by create_app only when `[workbench] enabled = true` (with app[WORKBENCH_KEY] and app[GUARD] set).
@@ -502,8 +535,8 @@ PROTOCOL = kit.Protocol(
         "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},
     routes=(
         _route("GET", "/workbench", guarded(page, page=True), "the workbench page (login form without a session)"),
-        _route("POST", "/workbench/login", login, "log in with the workbench key (form field key)"),
-        _route("POST", "/workbench/logout", logout, "end the session"),
+        _route("POST", "/workbench/login", door_login(WORKBENCH), "log in with the workbench key (form field key)"),
+        _route("POST", "/workbench/logout", door_logout(WORKBENCH), "end the session"),
         _route("GET", "/workbench/workbench.js", guarded(script), "the page's script"),
         _route("GET", "/workbench/api/setup", guarded(setup), "workbench: knowledge bases and known subjects",
                api=True),

@@ -16,9 +16,9 @@ import orjson
 from aiohttp import web
 from pydantic import Field
 
-from es_provider import acl, auth
+from es_provider import access, acl, auth
 from es_provider.config import ApiKey, KnowledgeBase, RetrievalMode
-from es_provider.domain import Chunk, SearchRequest
+from es_provider.domain import Chunk, SearchRequest, served
 from es_provider.errors import KnowledgeError, forbidden, protocol_error, unauthenticated
 from es_provider.protocols import kit
 from es_provider.service import SERVICES, Services
@@ -135,6 +135,8 @@ async def search(request: web.Request) -> web.Response:
     data = await kit.read_json(request, services)
     async with services.admission.slot(f"key:{key.key_ref}"):
         req = kit.validate(RetrieveRequest, data)
+        access.note(request, knowledge=[(kb_id, None) for kb_id in dict.fromkeys(req.knowledge_base_ids)])
+        access.note_query(request, req.query)
         bases = readable(services, key, req.knowledge_base_ids)
         narrow = narrowing(req.extra_params)
         mode = narrow.get(MODE_KEY)
@@ -144,6 +146,7 @@ async def search(request: web.Request) -> web.Response:
         tenants, subject = auth.api_key_scope(key, tenant_id=narrow.get("tenant_id"),
                                               subject_id=narrow.get("subject_id"))
         identity = await services.principals.identity(key.app, tenants, subject, budget, key.groups)
+        access.note_identity(request, identity, acting_subject=narrow.get("subject_id"))
         result = await services.retriever.search(SearchRequest(
             knowledge=tuple(bases),
             query=req.query,
@@ -154,6 +157,7 @@ async def search(request: web.Request) -> web.Response:
             mode=next((m for m in MODES if m == mode), None),
         ), budget)
         page = result.chunks[req.offset : req.offset + req.limit]
+        access.note(request, served=served(page))
         return kit.answer({"total": len(result.chunks), "search_result_list": [render_chunk(c) for c in page]})
 
 

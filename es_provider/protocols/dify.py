@@ -11,8 +11,8 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from es_provider import auth, metadata
-from es_provider.domain import Chunk, SearchRequest
+from es_provider import access, auth, metadata
+from es_provider.domain import Chunk, SearchRequest, served
 from es_provider.errors import ErrorCode, KnowledgeError, protocol_error
 from es_provider.protocols import kit
 from es_provider.service import SERVICES
@@ -128,6 +128,7 @@ async def search(request: web.Request) -> web.Response:
     data = await kit.read_json(request, services)
     async with services.admission.slot(f"key:{key.key_ref}"):
         req = kit.validate(RetrievalRequest, data)
+        access.note(request, knowledge=[(req.knowledge_id, None)])
         if not req.query:
             return kit.answer(b'{"records":[]}')  # nothing matches an empty query
         kb = services.settings.knowledge_base(req.knowledge_id)
@@ -147,6 +148,8 @@ async def search(request: web.Request) -> web.Response:
             refusal.detail = exc.detail
             raise refusal from None
         identity = await services.principals.identity(key.app, tenants, subject, budget, key.groups)
+        access.note_identity(request, identity, acting_subject=acting)
+        access.note_query(request, req.query)
         setting = req.retrieval_setting
         async with services.admission.costly(metadata.costly(conditions), budget):
             result = await services.retriever.search(SearchRequest(
@@ -158,6 +161,7 @@ async def search(request: web.Request) -> web.Response:
                 score_threshold=setting.score_threshold,
                 metadata=conditions,
             ), budget)
+        access.note(request, served=served(result.chunks))
         return kit.answer({"records": [render_record(c) for c in result.chunks]})
 
 

@@ -17,7 +17,7 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from es_provider import auth
+from es_provider import access, auth
 from es_provider.config import ApiKey
 from es_provider.deadline import Budget, fixed_budget
 from es_provider.errors import KnowledgeError, protocol_error
@@ -41,6 +41,7 @@ class Route:
     parameters: tuple[Mapping[str, Any], ...] = ()  # OpenAPI path/query/header parameters
     answer: Mapping[str, Any] = field(default_factory=dict)  # JSON schema of the 200 body
     in_openapi: bool = True
+    recorded: bool = True  # in the access record (access.py): not the workbench's page, script and login
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Protocol:
     # Paths whose routing refusals (unknown path, wrong method) get this protocol's error body.
     prefixes: tuple[str, ...] = ()
     schemas: Mapping[str, Any] = field(default_factory=dict)  # named schemas its answers refer to
+    recorded: bool = True  # its requests are in the access record (SCIM keeps its own change log)
 
 
 # --- the shared steps ---
@@ -70,6 +72,7 @@ def api_key(request: web.Request, services: Services, *, missing: Callable[[], K
         error = unknown()
         error.detail = "unknown API key"
         raise error
+    access.note(request, credential=f"key:{key.key_ref}", app_id=key.app)
     return key
 
 

@@ -10,17 +10,18 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Collection
 from typing import Annotated, Any, Literal
 
 import orjson
 from aiohttp import web
 from pydantic import Field
 
-from es_provider import auth
+from es_provider import access, auth
 from es_provider.acl import Filter, Identity, ordered
-from es_provider.config import FilterName, KnowledgeBase
+from es_provider.config import FilterName, KnowledgeBase, Settings
 from es_provider.deadline import budget_from_deadline
-from es_provider.domain import SearchRequest, SearchResult
+from es_provider.domain import SearchRequest, SearchResult, Served, served
 from es_provider.errors import ErrorCode, KnowledgeError, forbidden, protocol_error, unauthenticated
 from es_provider.logs import REQUEST_IDS
 from es_provider.protocols import kit
@@ -95,14 +96,12 @@ def fingerprint(data: dict[str, Any], identity: Identity) -> bytes:
     return hashlib.sha256(orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)).digest()
 
 
-def render_answer(result: SearchResult, *, legacy: bool, top_k: int) -> tuple[bytes, list[str]]:
+def render_answer(result: SearchResult, *, legacy: bool, top_k: int) -> items.Encoded:
     candidates = (*result.chunks, *result.surplus)  # a skipped item's place goes to the next candidate
     if legacy:
-        rendered = items.render(candidates, {}, "documents", legacy=True, limit=top_k)
-    else:
-        envelope = {"protocolVersion": "1.0", "appliedFilters": [f.value for f in result.applied_filters]}
-        rendered = items.render(candidates, envelope, "items", limit=top_k)
-    return rendered.body, rendered.problems
+        return items.render(candidates, {}, "documents", legacy=True, limit=top_k)
+    envelope = {"protocolVersion": "1.0", "appliedFilters": [f.value for f in result.applied_filters]}
+    return items.render(candidates, envelope, "items", limit=top_k)
 
 
 def manifest(kb: KnowledgeBase, endpoint: str, version: str | None = None) -> dict[str, Any]:
@@ -134,6 +133,8 @@ async def callback(request: web.Request) -> web.Response:
         raise unauthenticated("callback secret matches no knowledge base")
     kb = settings.knowledge_base(request.match_info["knowledge_id"])
     version = request.match_info["version"]
+    access.note(request, credential=callback_credential(settings, allowed, kb),
+                knowledge=[(request.match_info["knowledge_id"], version)])
     if kb is None or kb.id not in allowed or version not in kb.versions:
         raise forbidden("knowledge base unknown, unpublished or not bound to this credential")
 
@@ -155,7 +156,11 @@ async def callback(request: web.Request) -> web.Response:
         # Validate.
         data = kit.parse_object(raw)
         req = kit.validate(CallbackRequest, data)
-        REQUEST_IDS.set({"runId": req.runId, "traceId": req.traceId, "executionId": req.executionId})
+        ids = {"runId": req.runId, "traceId": req.traceId, "executionId": req.executionId}
+        REQUEST_IDS.set(ids)
+        access.note(request, request_ids=ids, app_id=req.appId, tenants=(req.tenantId,) if req.tenantId else (),
+                    subject=req.subjectId)  # as claimed; the identity replaces it once it is checked
+        access.note_query(request, req.query)
         check_consistency(req, knowledge_id=kb.id, version=version,
                           idempotency_key=request.headers.get("Idempotency-Key"), mandatory=kb.mandatory_filters)
         if req.appId not in kb.apps:
@@ -177,6 +182,7 @@ async def callback(request: web.Request) -> web.Response:
             if not await services.shared_replays.first_use(digest, expires_at, budget):
                 raise unauthenticated("signature replayed (first used by another process)")
         identity = await services.principals.identity_of(req.appId, req.tenantId, req.subjectId, budget)
+        access.note_identity(request, identity)
         search_request = SearchRequest(
             knowledge=(kb,),
             query=req.query,
@@ -187,15 +193,23 @@ async def callback(request: web.Request) -> web.Response:
 
         # Search and answer, once per executionId: one execution may ask several knowledge bases, each once; a
         # retry, or a duplicate still in flight, gets the same bytes.
-        async def search() -> bytes:
+        async def search() -> tuple[bytes, tuple[Served, ...]]:
             result = await services.retriever.search(search_request, budget)
-            body, problems = render_answer(result, legacy=kb.protocol == "legacy", top_k=search_request.top_k)
-            for problem in problems:
+            rendered = render_answer(result, legacy=kb.protocol == "legacy", top_k=search_request.top_k)
+            for problem in rendered.problems:
                 log.warning("result item: %s", problem, extra={"executionId": req.executionId})
-            return body
+            return rendered.body, served(rendered.served)
 
         key = (kb.id, version, req.appId, req.executionId)
-        return kit.answer(await services.idempotency.once(key, fingerprint(data, identity), search, time.monotonic))
+        body, answered = await services.idempotency.once(key, fingerprint(data, identity), search, time.monotonic)
+        access.note(request, served=answered)
+        return kit.answer(body)
+
+
+def callback_credential(settings: Settings, allowed: Collection[str], kb: KnowledgeBase | None) -> str:
+    """The access record's name for the callback secret that authenticated: its knowledge base's secret_ref."""
+    matched = kb if kb is not None and kb.id in allowed else settings.knowledge_base(min(allowed))
+    return f"callback:{matched.secret_ref if matched is not None else '?'}"
 
 
 _ERROR_CODES = [code.value for code in ErrorCode]

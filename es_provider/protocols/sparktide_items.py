@@ -183,6 +183,7 @@ class Encoded:
 
     body: bytes = b""
     count: int = 0
+    served: list[Chunk] = field(default_factory=list)  # the chunks whose items are in the body, in order
     problems: list[str] = field(default_factory=list)  # for the log: what was skipped or fixed, and why
 
 
@@ -217,6 +218,7 @@ def render(chunks: Iterable[Chunk], envelope: dict[str, Any], key: str, *, legac
         seen.add(item["id"])
         size += len(encoded) + (1 if parts else 0)
         parts.append(encoded)
+        out.served.append(chunk)
     out.body = head + b"[" + b",".join(parts) + b"]}"
     out.count = len(parts)
     return out

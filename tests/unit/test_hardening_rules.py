@@ -115,17 +115,17 @@ async def test_concurrent_duplicates_wait_for_the_first_answer() -> None:
     calls = 0
     release = asyncio.Event()
 
-    async def answer() -> bytes:
+    async def answer() -> tuple[bytes, tuple[()]]:
         nonlocal calls
         calls += 1
         await release.wait()
-        return b"the answer"
+        return b"the answer", ()
 
     key = ("kb", "1", "app", "exec")
     runs = [asyncio.create_task(cache.once(key, b"same", answer, lambda: 0.0)) for _ in range(6)]
     await asyncio.sleep(0)
     release.set()
-    assert await asyncio.gather(*runs) == [b"the answer"] * 6
+    assert await asyncio.gather(*runs) == [(b"the answer", ())] * 6
     assert calls == 1
 
 
@@ -133,9 +133,9 @@ async def test_a_different_body_in_flight_is_refused() -> None:
     cache = IdempotencyCache(window_s=60)
     release = asyncio.Event()
 
-    async def answer() -> bytes:
+    async def answer() -> tuple[bytes, tuple[()]]:
         await release.wait()
-        return b"first"
+        return b"first", ()
 
     key = ("kb", "1", "app", "exec")
     first = asyncio.create_task(cache.once(key, b"one", answer, lambda: 0.0))
@@ -144,7 +144,7 @@ async def test_a_different_body_in_flight_is_refused() -> None:
         await cache.once(key, b"two", answer, lambda: 0.0)
     assert caught.value.code is ErrorCode.REQUEST_REJECTED
     release.set()
-    assert await first == b"first"
+    assert await first == (b"first", ())
 
 
 async def test_a_failed_first_answer_is_not_shared() -> None:
@@ -152,13 +152,13 @@ async def test_a_failed_first_answer_is_not_shared() -> None:
     attempts = 0
     release = asyncio.Event()
 
-    async def answer() -> bytes:
+    async def answer() -> tuple[bytes, tuple[()]]:
         nonlocal attempts
         attempts += 1
         if attempts == 1:
             await release.wait()
             raise KnowledgeError(ErrorCode.UNAVAILABLE)
-        return b"second try"
+        return b"second try", ()
 
     key = ("kb", "1", "app", "exec")
     first = asyncio.create_task(cache.once(key, b"f", answer, lambda: 0.0))
@@ -168,7 +168,7 @@ async def test_a_failed_first_answer_is_not_shared() -> None:
     release.set()
     with pytest.raises(KnowledgeError):
         await first
-    assert await waiter == b"second try"
+    assert await waiter == (b"second try", ())
 
 
 # --- finding 8: text logs cannot be forged ---
@@ -267,11 +267,11 @@ def test_idempotency_memory_is_bounded_in_bytes_oldest_first() -> None:
     cache = IdempotencyCache(window_s=300, max_bytes=64 * 1024, on_size=sizes.append)
     body = b"x" * 10_000
     for n in range(50):
-        cache.put(("kb", "1", "app", f"e{n}"), b"f", body, now=float(n))
+        cache.put(("kb", "1", "app", f"e{n}"), b"f", (body, ()), now=float(n))
     assert cache.size_bytes <= 64 * 1024 and max(sizes) <= 64 * 1024
-    assert cache.get(("kb", "1", "app", "e49"), b"f", 50.0) == body  # the newest is kept
+    assert cache.get(("kb", "1", "app", "e49"), b"f", 50.0) == (body, ())  # the newest is kept
     assert cache.get(("kb", "1", "app", "e0"), b"f", 50.0) is None  # the oldest went first
-    cache.put(("kb", "1", "app", "huge"), b"f", b"y" * 100_000, now=51.0)  # larger than the budget: not kept
+    cache.put(("kb", "1", "app", "huge"), b"f", (b"y" * 100_000, ()), now=51.0)  # larger than the budget: not kept
     assert cache.get(("kb", "1", "app", "huge"), b"f", 52.0) is None
-    assert cache.get(("kb", "1", "app", "e49"), b"f", 52.0) == body
+    assert cache.get(("kb", "1", "app", "e49"), b"f", 52.0) == (body, ())
     assert cache.get(("kb", "1", "app", "e49"), b"f", 400.0) is None and cache.size_bytes == 0  # expired

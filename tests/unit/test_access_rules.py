@@ -1,0 +1,124 @@
+"""The access record's pure parts (access.py): the record's shape, retention by name, --since, and the query that
+finds records, asked of the engine and of a file alike."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from es_provider import access
+from es_provider.config import AccessLogSettings, ConfigError, parse_settings
+
+NOW = dt.datetime(2026, 12, 2, 10, 30, 15, 123456, tzinfo=dt.UTC)
+
+
+def entry(**changes: object) -> access.Entry:
+    made = access.Entry("sparktide", "/agent/knowledge/{knowledge_id}/{version}", "POST", "10.0.0.7", id="r1",
+                        credential="callback:KB_SECRET", app_id="app-1", tenants=("team-a",), subject="u-alice",
+                        knowledge=[("kb", "1.0.0")], request_ids={"runId": "run", "traceId": "t", "executionId": "e"},
+                        served=(("kb", "d1", "d1:0", 0.9), ("kb", "d1", "d1:1", 0.5), ("kb", "d2", "d2:0", None)))
+    for name, value in changes.items():
+        setattr(made, name, value)
+    return made
+
+
+def test_record_names_who_what_and_which_documents_in_order() -> None:
+    got = access.record(entry(), status=200, code="", moment=NOW, duration_ms=3.14159, worker=42)
+    assert got == {
+        "time": "2026-12-02T10:30:15.123Z", "id": "r1", "protocol": "sparktide",
+        "route": "/agent/knowledge/{knowledge_id}/{version}", "method": "POST", "status": 200, "code": "",
+        "credential": "callback:KB_SECRET", "app_id": "app-1", "tenants": ["team-a"], "subject": "u-alice",
+        "acting_subject": None, "knowledge": [{"id": "kb", "version": "1.0.0"}], "knowledge_ids": ["kb"],
+        "documents": ["d1", "d2"],
+        "served": [{"knowledge_id": "kb", "document_id": "d1", "chunk_id": "d1:0", "score": 0.9},
+                   {"knowledge_id": "kb", "document_id": "d1", "chunk_id": "d1:1", "score": 0.5},
+                   {"knowledge_id": "kb", "document_id": "d2", "chunk_id": "d2:0", "score": None}],
+        "remote": "10.0.0.7", "worker": 42, "duration_ms": 3.14, "run_id": "run", "trace_id": "t",
+        "execution_id": "e"}
+
+
+def test_a_refusal_record_serves_nothing_and_keeps_no_key() -> None:
+    refused = entry(credential=None, served=(), request_ids={}, query_key=b"k" * 32)
+    got = access.record(refused, status=401, code="KNOWLEDGE_ACCESS_DENIED", moment=NOW, duration_ms=0.1, worker=1)
+    assert (got["documents"], got["served"], got["credential"]) == ([], [], None)
+    assert "query_key" not in got and "execution_id" not in got and "query_hmac" not in got
+
+
+@pytest.mark.parametrize(("names", "expected"), [
+    (["rec-2026.12.02", "rec-2026.11.03", "rec-2026.11.02", "rec-2025.01.01"], ["rec-2026.11.02", "rec-2025.01.01"]),
+    (["rec-2026.02.30", "rec-latest", "rec-2026.1.1", "other-2020.01.01", "rec-x-2020.01.01"], []),
+    (["rec-2026.11.03"], []),  # exactly the retention's first day is kept
+])
+def test_expired_indices_are_only_daily_indices_older_than_the_retention(names: list[str],
+                                                                         expected: list[str]) -> None:
+    assert access.expired_indices(names, "rec", NOW.date(), 30) == expected
+
+
+def test_expired_files() -> None:
+    names = ["access-2026-12-02.jsonl", "access-2026-10-01.jsonl", "access-2026-10-01.jsonl.bak", "notes.txt",
+             "access-2026-13-01.jsonl"]
+    assert access.expired_files(names, NOW.date(), 30) == ["access-2026-10-01.jsonl"]
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    ("7d", NOW - dt.timedelta(days=7)),
+    ("12h", NOW - dt.timedelta(hours=12)),
+    ("30m", NOW - dt.timedelta(minutes=30)),
+    ("2026-11-30T08:00:00", dt.datetime(2026, 11, 30, 8, tzinfo=dt.UTC)),
+    ("2026-11-30T08:00:00+08:00", dt.datetime(2026, 11, 30, 0, tzinfo=dt.UTC)),
+])
+def test_since(given: str, expected: dt.datetime) -> None:
+    assert access.parse_since(given, NOW) == expected
+
+
+@pytest.mark.parametrize("given", ["7w", "yesterday", "", "-1d"])
+def test_since_refuses_what_it_cannot_read(given: str) -> None:
+    with pytest.raises(ValueError):
+        access.parse_since(given, NOW)
+
+
+STORED = access.record(entry(), status=200, code="", moment=NOW, duration_ms=1, worker=1)
+
+
+@pytest.mark.parametrize(("wanted", "found"), [
+    (access.Wanted(), True),
+    (access.Wanted(document="d2"), True),
+    (access.Wanted(document="d3"), False),
+    (access.Wanted(subject="u-alice", knowledge="kb"), True),
+    (access.Wanted(subject="u-bob"), False),
+    (access.Wanted(knowledge="other"), False),
+    (access.Wanted(since=NOW - dt.timedelta(seconds=1)), True),
+    (access.Wanted(since=NOW + dt.timedelta(seconds=1)), False),
+])
+def test_the_same_question_of_a_file_and_of_the_engine(wanted: access.Wanted, found: bool) -> None:
+    assert access.matches(STORED, wanted) is found
+    filters = access.search_body(wanted)["query"]["bool"]["filter"]
+    named = {next(iter(f[kind])) for f in filters for kind in f}
+    assert named == {name for name, given in (("documents", wanted.document), ("subject", wanted.subject),
+                                              ("knowledge_ids", wanted.knowledge), ("time", wanted.since))
+                     if given is not None}
+
+
+def test_newest_first_and_limited() -> None:
+    body = access.search_body(access.Wanted(limit=7))
+    assert body["size"] == 7 and body["sort"][0] == {"time": {"order": "desc"}}
+
+
+@pytest.mark.parametrize(("table", "problem"), [
+    ({"sinks": ["file"]}, "needs directory"),
+    ({"sinks": ["index", "index"]}, "duplicates"),
+    ({"sinks": []}, "at least 1"),
+    ({"flush_interval_s": 5, "max_delay_s": 6}, "twice flush_interval_s"),
+    ({"on_sink_failure": "ignore"}, "refuse"),
+])
+def test_settings_refuse_what_cannot_work(table: dict[str, object], problem: str) -> None:
+    lines = "\n".join(f"{k} = {v!r}".replace("'", '"') for k, v in table.items())
+    with pytest.raises(ConfigError, match=problem):
+        parse_settings(f"[access_log]\n{lines}\n".replace("True", "true"), environ={})
+
+
+def test_on_by_default_refusing_when_records_cannot_be_kept() -> None:
+    defaults = AccessLogSettings()
+    assert (defaults.enabled, defaults.sinks, defaults.on_sink_failure, defaults.retention_days) == (
+        True, ["index"], "refuse", 90)

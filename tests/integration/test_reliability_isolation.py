@@ -18,20 +18,53 @@ from helpers.setup import HEAVY, bearer, load_records
 CHUNKS = 20_000 if HEAVY else 5_000
 IDENTITIES = 10_000 if HEAVY else 2_000
 
-async def sparktide_documents(client: Any, subject: str, tenant: str | None, token: str, execution: str) -> set[str]:
+Answered = dict[str, tuple[str, str | None, set[str]]]  # access record id → (subject, tenant, documents answered)
+
+
+async def sparktide_documents(client: Any, subject: str, tenant: str | None, token: str, execution: str,
+                              answered: Answered | None = None) -> set[str]:
     response = await client.post(calls.ROUTE, headers=calls.headers(**{"Idempotency-Key": execution}),
                                  json=calls.body(subject, tenant, query=token, topK=10, executionId=execution,
                                                  deadline=int(time.time() * 1000) + 30_000))
-    return {i["documentId"] for i in (await response.json())["items"]}
+    return note(answered, response, subject, tenant, {i["documentId"] for i in (await response.json())["items"]})
 
 
-async def dify_acting_documents(client: Any, key: str, kb_id: str, token: str, subject: str) -> set[str]:
+async def dify_acting_documents(client: Any, key: str, kb_id: str, token: str, subject: str,
+                                answered: Answered | None = None, tenant: str | None = None) -> set[str]:
     """Dify's answer for an end user named by the reserved `acting_subject` condition."""
     response = await client.post("/retrieval", headers=bearer(key), data=json.dumps({
         "knowledge_id": kb_id, "query": token, "retrieval_setting": {"top_k": 100, "score_threshold": 0},
         "metadata_condition": {"logical_operator": "and", "conditions": [
             {"name": "acting_subject", "comparison_operator": "is", "value": subject}]}}))
-    return {r["metadata"]["document_id"] for r in (await response.json())["records"]}
+    return note(answered, response, subject, tenant,
+                {r["metadata"]["document_id"] for r in (await response.json())["records"]})
+
+
+def note(answered: Answered | None, response: Any, subject: str, tenant: str | None, documents: set[str]) -> set[str]:
+    """Keeps what an answer held under its access record's id, for the cross-check against the record."""
+    if answered is not None:
+        answered[response.headers["X-Access-Record"]] = (subject, tenant, documents)
+    return documents
+
+
+async def cross_check_records(engine: Any, prefix: str, answered: Answered) -> list[Any]:
+    """Every answer's record names exactly the documents it held, for that identity; no other record exists."""
+    for _ in range(60):  # the last batches are written within a flush interval or two
+        await engine.refresh(f"{prefix}-*")
+        records = {hit["_id"]: hit["_source"] async for hit in engine.scan(f"{prefix}-*")}
+        if len(records) >= len(answered):
+            break
+        await asyncio.sleep(0.5)
+    for name in await engine.list_indices(f"{prefix}-*"):
+        await engine.delete_index(name)
+    wrong: list[Any] = [("no record", rid) for rid in answered if rid not in records]
+    wrong += [("record of no answer", rid) for rid in records if rid not in answered]
+    for rid, (subject, tenant, documents) in answered.items():
+        record = records.get(rid)
+        if record is not None and (set(record["documents"]) != documents or record["subject"] != subject
+                                   or record["tenants"] != ([tenant] if tenant else [])):
+            wrong.append(("record differs from the answer", rid, record["documents"], sorted(documents)))
+    return wrong
 
 
 async def test_no_leak_and_nothing_missing_through_all_protocols(engine, kb, client_for, figures) -> None:
@@ -69,7 +102,11 @@ async def test_no_leak_and_nothing_missing_through_all_protocols(engine, kb, cli
             env[ref] = dify_keys[key]
             api_keys.append({"key_ref": ref, "app": "app-1", "tenants": [tenant] if tenant else [], "subject": subject,
                              "knowledge": [kb.id]})
-    client = await client_for(kb, principals=principals, api_keys=api_keys, env=env)
+    prefix = f"test-access-{kb.alias[-12:]}"
+    # Records flow to their own daily index; every answer's record is checked against the answer at the end.
+    client = await client_for(kb, principals=principals, api_keys=api_keys, env=env,
+                              access_log={"index": prefix, "flush_interval_s": 0.2, "max_delay_s": 60})
+    answered: Answered = {}
 
     leaks: list[tuple[str, Any]] = []
     missing: list[tuple[str, Any]] = []
@@ -79,17 +116,20 @@ async def test_no_leak_and_nothing_missing_through_all_protocols(engine, kb, cli
         groups = set(principals.get(subject, []))
         expected = {d for d in uses[token] if visible(by_id[d], subject, tenant, groups)}
         async with gate:
-            sparktide = await sparktide_documents(client, subject, tenant, token, f"iso-{n}")
+            sparktide = await sparktide_documents(client, subject, tenant, token, f"iso-{n}", answered)
             agentarts = await client.post("/knowledge-bases/retrieve", headers=bearer("broad-key"), data=json.dumps({
                 "knowledge_base_ids": [kb.id], "query": token, "method": "doc", "limit": 100,
                 "extra_params": [{"key": "tenant_id", "value": tenant or ""}, {"key": "subject_id", "value": subject}]}))
             dify = await client.post("/retrieval", headers=bearer(dify_keys[(subject, tenant)]), data=json.dumps({
                 "knowledge_id": kb.id, "query": token, "retrieval_setting": {"top_k": 100, "score_threshold": 0}}))
-            dify_acting = await dify_acting_documents(client, acting_keys[tenant], kb.id, token, subject)
+            dify_acting = await dify_acting_documents(client, acting_keys[tenant], kb.id, token, subject, answered,
+                                                      tenant)
             answers = {
                 "sparktide": sparktide,
-                "agentarts": {r["file_id"] for r in (await agentarts.json())["search_result_list"]},
-                "dify": {r["metadata"]["document_id"] for r in (await dify.json())["records"]},
+                "agentarts": note(answered, agentarts, subject, tenant,
+                                  {r["file_id"] for r in (await agentarts.json())["search_result_list"]}),
+                "dify": note(answered, dify, subject, tenant,
+                             {r["metadata"]["document_id"] for r in (await dify.json())["records"]}),
                 "dify acting subject": dify_acting,
             }
         for protocol, got in answers.items():
@@ -101,14 +141,16 @@ async def test_no_leak_and_nothing_missing_through_all_protocols(engine, kb, cli
     started = time.monotonic()
     await asyncio.gather(*(check(n, *identity) for n, identity in enumerate(identities)))
     query_seconds = time.monotonic() - started
+    wrong = await cross_check_records(engine, prefix, answered)
     figures("1. Permission isolation at scale",
             f"{CHUNKS} chunks ({len(TENANTS)} tenants incl. prefix-sharing and hostile ids, 15 % shared, 10 % public, "
             f"5 % without ACL), ingested in {ingest_seconds:.1f} s; {IDENTITIES} random identities × 4 ways (SparkTide, "
             f"AgentArts, Dify per-identity key, Dify acting_subject) = {IDENTITIES * 4} queries in "
             f"{query_seconds:.1f} s; leaks found: {len(leaks)}; visible chunks missing: "
-            f"{len(missing)}")
+            f"{len(missing)}; access records that differ from their answer: {len(wrong)} of {len(answered)}")
     assert leaks == [], leaks[:5]
     assert missing == [], missing[:5]
+    assert wrong == [], wrong[:5]
 
 
 async def test_shared_index_statistics_side_channel_is_measured(engine, kb, client_for, figures) -> None:

@@ -14,6 +14,10 @@
   (written, it would overwrite that tenant's chunks and its cleanup delete the rest), and so is every later
   document of the run with an id seen before (which one was meant cannot be guessed). Both are per-document
   failures; the other documents are written.
+- With a source label (`--source`, docs/ingest.md), every chunk records it (`source_label`): the scope a sync
+  mirrors (sync.py). A labelled document belongs to its source: a run of another source, or one without a label,
+  does not write it (a per-document failure, as for another tenant's id); a labelled run may take over
+  documents that no source wrote.
 - With an embedder (vector/hybrid knowledge bases), chunks are embedded in batches while earlier batches are
   being written; texts embedded before (same model) come from the embedder's content-hash cache.
 """
@@ -43,6 +47,8 @@ LARGE_LOAD_DOCUMENTS = 500
 LOOKUP_BATCH = 500  # document ids per terms query (tenant check, stale-chunk cleanup)
 LOOKUP_BUDGET_MS = 30_000
 EMBED_BATCH = 64  # chunks embedded per model call group (ingest and reindex)
+LABEL_FIELD = "source_label"  # the run's --source, on every chunk it writes
+LABEL_MAPPING = {"type": "keyword"}  # as mappings/chunks.json maps it (a unit test holds them equal)
 _DONE = object()
 
 Progress = Callable[[int, int], None]  # (documents finished, chunks written) since the last call
@@ -120,13 +126,17 @@ async def _chunked(
     size: int,
     overlap: int,
     embedder: Embedder | None,
+    label: str | None = None,
 ) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
-    """(document id, its chunk documents) in order; with an embedder, chunks of several documents are embedded
-    together in batches of about EMBED_BATCH."""
+    """(document id, its chunk documents) in order, each chunk with the run's source `label` when it has one;
+    with an embedder, chunks of several documents are embedded together in batches of about EMBED_BATCH."""
     pending: list[tuple[str, list[dict[str, Any]]]] = []
     waiting = 0
     for position, doc_id in enumerate(ids):
         chunks = chunk_documents(by_id[doc_id], size=size, overlap=overlap)
+        if label is not None:
+            for chunk in chunks:
+                chunk[LABEL_FIELD] = label
         if embedder is None:
             yield doc_id, chunks
             continue
@@ -174,6 +184,14 @@ def _by_tenant(ids: Sequence[str], by_id: Mapping[str, SourceDocument]) -> dict[
     return groups
 
 
+async def _one_hit_per_document(engine: Engine, index: str, query: dict[str, Any], size: int,
+                                fields: list[str]) -> list[dict[str, Any]]:
+    """`fields` of one matching chunk per document (`_source`), for at most `size` documents."""
+    body = {"size": size, "_source": fields, "query": query, "collapse": {"field": "document_id"}}
+    response = await engine.search(index, body, fixed_budget(LOOKUP_BUDGET_MS, now_monotonic=time.monotonic()))
+    return [hit.get("_source") or {} for hit in response.get("hits", {}).get("hits", [])]
+
+
 async def held_by_other_tenants(engine: Engine, index: str, by_id: Mapping[str, SourceDocument]
                                 ) -> dict[str, str | None]:
     """Ids of these documents that the index holds under another tenant → that tenant (None: no tenant)."""
@@ -184,19 +202,62 @@ async def held_by_other_tenants(engine: Engine, index: str, by_id: Mapping[str, 
         for start in range(0, len(ids), LOOKUP_BATCH):
             group = ids[start : start + LOOKUP_BATCH]
             query = {"bool": {"filter": [{"terms": {"document_id": group}}, *same_not], "must_not": same}}
-            body = {"size": len(group), "_source": ["document_id", "tenant_id"], "query": query,
-                    "collapse": {"field": "document_id"}}  # one hit per document is enough
-            response = await engine.search(index, body, fixed_budget(LOOKUP_BUDGET_MS, now_monotonic=time.monotonic()))
-            for hit in response.get("hits", {}).get("hits", []):
-                source = hit.get("_source") or {}
+            for source in await _one_hit_per_document(engine, index, query, len(group),
+                                                      ["document_id", "tenant_id"]):
                 held[str(source.get("document_id"))] = source.get("tenant_id")
     return held
+
+
+def _other_sources(label: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(filter, must_not) clauses matching chunks another source wrote: labelled, and not with `label`. Chunks
+    of no source belong to none: a labelled run may take them over."""
+    return [{"exists": {"field": LABEL_FIELD}}], ([{"term": {LABEL_FIELD: label}}] if label is not None else [])
+
+
+async def held_by_other_sources(engine: Engine, index: str, by_id: Mapping[str, SourceDocument],
+                                label: str | None) -> dict[str, str]:
+    """Ids of these documents that the index holds, in their own tenant, from another source → that source."""
+    if await engine.count(index, {"exists": {"field": LABEL_FIELD}}) == 0:
+        return {}  # no source ever labelled a chunk here (ingest without --source): nothing to look up
+    held: dict[str, str] = {}
+    others, others_not = _other_sources(label)
+    for tenant, ids in _by_tenant(list(by_id), by_id).items():
+        same, same_not = _same_tenant(tenant)
+        for start in range(0, len(ids), LOOKUP_BATCH):
+            group = ids[start : start + LOOKUP_BATCH]
+            query = {"bool": {"filter": [{"terms": {"document_id": group}}, *same, *others],
+                              "must_not": [*same_not, *others_not]}}
+            for source in await _one_hit_per_document(engine, index, query, len(group),
+                                                      ["document_id", LABEL_FIELD]):
+                held[str(source.get("document_id"))] = str(source.get(LABEL_FIELD))
+    return held
+
+
+async def refusals(engine: Engine, index: str, by_id: Mapping[str, SourceDocument], label: str | None
+                   ) -> dict[str, str]:
+    """Documents of the run that must not be written → why: the index holds their id under another tenant, or
+    (in their tenant) from another source."""
+    refused = {doc_id: _other_tenant_failure(doc_id, tenant)
+               for doc_id, tenant in (await held_by_other_tenants(engine, index, by_id)).items()}
+    mine = {doc_id: doc for doc_id, doc in by_id.items() if doc_id not in refused}
+    for doc_id, held in (await held_by_other_sources(engine, index, mine, label)).items():
+        refused[doc_id] = _other_source_failure(doc_id, held, label)
+    return refused
 
 
 def _other_tenant_failure(doc_id: str, tenant: str | None) -> str:
     who = f"tenant {tenant}" if tenant else "no tenant (application-shared)"
     return (f"document {doc_id}: the knowledge base holds a document with this id under another tenant ({who}); "
             "not written (document ids are not scoped by tenant)")
+
+
+def _other_source_failure(doc_id: str, held: str, label: str | None) -> str:
+    if label is None:
+        return (f"document {doc_id}: the knowledge base holds it from source {held!r}; not written without "
+                f"--source {held} (outside its source, a later sync of that source could not remove it)")
+    return (f"document {doc_id}: the knowledge base holds it from source {held!r}, not {label!r}; not written "
+            "(a document belongs to the source that wrote it: remove it from that source and sync it, or "
+            "`es-provider delete` it, first)")
 
 
 def _action(index: str, chunk: dict[str, Any]) -> dict[str, Any]:
@@ -261,7 +322,10 @@ async def ingest(
     retry_passes: int = 3,
     embedder: Embedder | None = None,
     block_wait_s: float = 600.0,
+    source_label: str | None = None,
 ) -> Summary:
+    """Writes the documents (each with `source_label`, when given); what could not be written is a failure in the
+    summary, never raised. Engine errors outside a document's own writes (the index unreachable) raise."""
     started = time.monotonic()
     summary = Summary()
     run = _Run(kb.alias)
@@ -270,7 +334,8 @@ async def ingest(
     summary.failures.extend(duplicates)
 
     async def actions(ids: Sequence[str]) -> AsyncIterator[dict[str, Any]]:
-        async for doc_id, chunks in _chunked(by_id, ids, size=chunk_size, overlap=overlap, embedder=embedder):
+        async for doc_id, chunks in _chunked(by_id, ids, size=chunk_size, overlap=overlap, embedder=embedder,
+                                             label=source_label):
             run.chunks_of[doc_id] = [c["chunk_id"] for c in chunks]
             for chunk in chunks:
                 run.document_of[chunk["chunk_id"]] = doc_id
@@ -278,13 +343,16 @@ async def ingest(
             if progress is not None:
                 progress(1, len(chunks))
 
+    if source_label is not None:
+        # An index made before the field existed (its mapping is strict) gets it; a no-op when it is there.
+        await engine.put_mapping(kb.alias, {LABEL_FIELD: LABEL_MAPPING})
     await engine.refresh(kb.alias)  # so that chunks of an interrupted earlier run are seen as stale
     # Into an empty index every chunk at the end is one this run wrote: none is stale, none another tenant's.
     was_empty = await engine.count(kb.alias) == 0
     if not was_empty:
-        for doc_id, tenant in (await held_by_other_tenants(engine, kb.alias, by_id)).items():
+        for doc_id, why in (await refusals(engine, kb.alias, by_id, source_label)).items():
             del by_id[doc_id]
-            summary.failures.append(_other_tenant_failure(doc_id, tenant))
+            summary.failures.append(why)
     summary.cleaned = sum(1 for d in by_id.values() if d.cleaned)
     large = len(by_id) >= LARGE_LOAD_DOCUMENTS
     if large:
@@ -293,7 +361,7 @@ async def ingest(
         await _workers(engine, run, actions(list(by_id)), concurrency, max_bytes)
         await _retry_transient(engine, run, by_id=by_id, chunk_size=chunk_size, overlap=overlap,
                                concurrency=concurrency, max_bytes=max_bytes, passes=retry_passes,
-                               embedder=embedder, block_wait_s=block_wait_s)
+                               embedder=embedder, block_wait_s=block_wait_s, label=source_label)
     finally:
         if large:
             restore = {"refresh_interval": refresh_interval, "translog.durability": "request"}
@@ -328,6 +396,7 @@ async def _retry_transient(
     passes: int,
     embedder: Embedder | None,
     block_wait_s: float,
+    label: str | None,
 ) -> None:
     def transient() -> list[str]:
         # A failure without an HTTP status is the request's, not the document's: worth another pass too. A write
@@ -345,7 +414,8 @@ async def _retry_transient(
         return state.attempt_number >= passes
 
     async def resend(ids: list[str]) -> AsyncIterator[dict[str, Any]]:
-        async for _, chunks in _chunked(by_id, ids, size=chunk_size, overlap=overlap, embedder=embedder):
+        async for _, chunks in _chunked(by_id, ids, size=chunk_size, overlap=overlap, embedder=embedder,
+                                        label=label):
             for chunk in chunks:
                 yield _action(run.index, chunk)
 

@@ -345,6 +345,15 @@ class Engine:
                                         query={"query": query or {"match_all": {}}}):
                 yield hit
 
+    async def scan_fields(self, index: str, query: dict[str, Any], fields: list[str], *,
+                          page: int = 1000) -> AsyncIterator[dict[str, Any]]:
+        """The `_source` of every match of `query`, with only `fields`, under one scroll: listings longer than a
+        search may return (the documents an ingest sync holds), without the chunks' text."""
+        with engine_errors():
+            async for hit in async_scan(self._client, index=index, size=page, scroll="5m",
+                                        request_timeout=self._timeout_s, query={"query": query, "_source": fields}):
+                yield hit.get("_source") or {}
+
     async def mapped_fields(self, index: str, fields: tuple[str, ...], budget: Budget) -> set[str]:
         """Fields mapped in EVERY index behind `index` (a field missing from one index is not enforceable there)."""
 

@@ -271,7 +271,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=scifact.DEFAULT_DATA, help="SciFact in the BEIR layout")
     parser.add_argument("--sections", default="ingest,quality,latency,acl,semantic,relevance,hotpath,workers,scale,engines,"
-                        "identities")
+                        "identities,access")
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds per measurement")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
@@ -377,6 +377,13 @@ def main() -> None:
 
         results["identities"] = identities.run(work, url, MAIN, list(queries.values()), max(4, args.rounds + 2))
         write_result("identities", {"machine": info, **results["identities"]})
+
+    if "access" in sections:
+        print("12/12 the access record off vs on; records per second into one node", flush=True)
+        from bench import access
+
+        results["access"] = access.run(work, url, MAIN, list(queries.values()), max(4, args.rounds + 2))
+        write_result("access", {"machine": info, **results["access"]})
 
     results["total_seconds"] = round(time.monotonic() - started)
     from bench.report import render

@@ -23,11 +23,12 @@ compose-check:
 
 # The integration modules that also run on Elasticsearch (8.17.0 and 9.5.3, scripts/elasticsearch-local): protocols,
 # the permission oracles, ingest and lifecycle, vector and hybrid, the core-API writes, reindex under writes,
-# hostile bodies, costly requests (compressed bodies, metadata patterns), the workbench and the principal store.
+# hostile bodies, costly requests (compressed bodies, metadata patterns), the workbench, the principal store and
+# ingest --sync.
 ES_SUITES := $(addprefix tests/integration/test_,walking_skeleton.py core_writes.py sparktide_answers.py \
 	sparktide_refusals.py agentarts.py dify.py three_protocols_oracle.py reliability_isolation.py \
 	ingest_lifecycle.py vector_retrieval.py vector_operations.py reliability_vector.py reliability_reindex.py \
-	reliability_hostile.py reliability_hostile_costs.py workbench.py principal_store.py)
+	reliability_hostile.py reliability_hostile_costs.py workbench.py principal_store.py ingest_sync.py)
 
 # Unit and integration tests; each run starts its real engine node itself (tests/conftest.py): everything on
 # OpenSearch, then ES_SUITES on Elasticsearch 8 and on Elasticsearch 9.

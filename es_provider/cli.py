@@ -135,6 +135,7 @@ def cmd_kb(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
+    from es_provider.ingest import sync
     from es_provider.ingest.sources import FileDefaults, OptionError, check_defaults, collect, skipped_line
     from es_provider.ingest.writer import ingest
 
@@ -149,14 +150,20 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
                             public=args.public, metadata=metadata)
     try:
         check_defaults(defaults)
+        label, scope = sync.options(args.source, tenant=args.tenant, sync=args.sync, dry_run=args.dry_run)
     except OptionError as exc:
         return _fail(str(exc), EXIT_USAGE)
     collected = collect(args.paths, defaults)
-    documents = collected.items
+    documents = collected.items if scope is None else sync.in_scope(collected.items, scope)
     body = admin.index_body(settings, kb, Path(args.mappings))
     interval = str(body.get("settings", {}).get("index", {}).get("refresh_interval", "1s"))
 
     async def work(engine: Engine) -> int:
+        if scope is not None and args.dry_run:
+            plan = await sync.dry_run(engine, kb.alias, documents, scope)
+            sys.stderr.write("".join(f"failed: {failure}\n" for failure in plan.failures))
+            print(*plan.lines(), sep="\n")  # the ids one per line, for a script; then the count
+            return EXIT_FAILED if plan.failures or plan.removal.refused else 0
         bar = None
         if sys.stderr.isatty():
             from tqdm import tqdm
@@ -177,15 +184,24 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
             async with _embedder(settings, kb) as embedder:
                 summary = await ingest(engine, kb, documents, chunk_size=args.chunk_size, overlap=args.overlap,
                                        concurrency=args.concurrency, refresh_interval=interval, progress=progress,
-                                       embedder=embedder, block_wait_s=settings.opensearch.write_block_wait_s)
+                                       embedder=embedder, block_wait_s=settings.opensearch.write_block_wait_s,
+                                       source_label=label)
+        except BaseException:
+            if scope is not None:  # an interrupted sync never got to its deletes: say so next to the error
+                print("sync: nothing removed (the run did not finish)", file=sys.stderr)
+            raise
         finally:
             if bar is not None:
                 bar.close()
         for failure in summary.failures:
             print(f"failed: {failure}", file=sys.stderr)
+        removal = None if scope is None else await sync.mirror(
+            engine, kb.alias, scope, sync.read_ids(documents), len(summary.failures),
+            block_wait_s=settings.opensearch.write_block_wait_s)
         skipped = skipped_line(collected.skipped)  # left out by rule (links, hidden, special files): not failures
-        print(summary.line() + (f"; {skipped}" if skipped else ""))
-        return EXIT_FAILED if summary.failures else 0
+        line = summary.line() + (f"; {removal.line()}" if removal else "") + (f"; {skipped}" if skipped else "")
+        print(*(removal.removed_lines() if removal else ()), line, sep="\n")  # what was removed, by id
+        return EXIT_FAILED if summary.failures or (removal and removal.refused) else 0
 
     return asyncio.run(_with_engine(settings, work))
 
@@ -336,21 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--delete-old", action="store_true", help="reindex: delete the previous index after the swap")
         p.set_defaults(run=cmd_kb)
 
-    ingest = with_config(sub.add_parser("ingest", help="index documents"))
-    ingest.add_argument("--kb", required=True)
-    ingest.add_argument("--chunk-size", type=int, default=DEFAULT_SIZE, help="characters per chunk (max 16384)")
-    ingest.add_argument("--overlap", type=int, default=DEFAULT_OVERLAP, help="characters carried into the next chunk")
-    ingest.add_argument("--concurrency", type=int, default=4, help="bulk requests in flight")
-    ingest.add_argument("--tenant", default=None, help="files: tenant id (none: application-shared)")
-    ingest.add_argument("--subjects", type=_names, action="extend", default=[],
-                        help="files: subjects that may read them (comma-separated)")
-    ingest.add_argument("--groups", type=_names, action="extend", default=[],
-                        help="files: groups that may read them (comma-separated)")
-    ingest.add_argument("--public", action="store_true", help="files: readable by every subject of the tenant")
-    ingest.add_argument("--metadata", action="append", default=[], help="files: KEY=VALUE metadata (repeatable)")
-    ingest.add_argument("--mappings", default=str(admin.DEFAULT_MAPPINGS))
-    ingest.add_argument("paths", nargs="+")
-    ingest.set_defaults(run=cmd_ingest)
+    _ingest_parser(with_config(sub.add_parser("ingest", help="index documents")))
 
     acl = sub.add_parser("acl", help="grant or revoke access to a document")
     acl_sub = acl.add_subparsers(dest="acl_command", required=True)
@@ -374,6 +376,29 @@ def build_parser() -> argparse.ArgumentParser:
     _calibrate_parser(sub.add_parser(
         "calibrate", help="fit the score mappings on judged queries; prints [scoring.*] for the configuration"))
     return parser
+
+
+def _ingest_parser(ingest: argparse.ArgumentParser) -> None:
+    ingest.add_argument("--kb", required=True)
+    ingest.add_argument("--chunk-size", type=int, default=DEFAULT_SIZE, help="characters per chunk (max 16384)")
+    ingest.add_argument("--overlap", type=int, default=DEFAULT_OVERLAP, help="characters carried into the next chunk")
+    ingest.add_argument("--concurrency", type=int, default=4, help="bulk requests in flight")
+    ingest.add_argument("--tenant", default=None,
+                        help="files: tenant id (none: application-shared); with --sync, the tenant mirrored")
+    ingest.add_argument("--subjects", type=_names, action="extend", default=[],
+                        help="files: subjects that may read them (comma-separated)")
+    ingest.add_argument("--groups", type=_names, action="extend", default=[],
+                        help="files: groups that may read them (comma-separated)")
+    ingest.add_argument("--public", action="store_true", help="files: readable by every subject of the tenant")
+    ingest.add_argument("--metadata", action="append", default=[], help="files: KEY=VALUE metadata (repeatable)")
+    ingest.add_argument("--mappings", default=str(admin.DEFAULT_MAPPINGS))
+    ingest.add_argument("--source", default=None, metavar="LABEL",
+                        help="record this source label on every chunk written (docs/ingest.md)")
+    ingest.add_argument("--sync", action="store_true",
+                        help="mirror the source: then remove its documents (of --tenant) that PATHs no longer hold")
+    ingest.add_argument("--dry-run", action="store_true", help="with --sync: write nothing, list what would go")
+    ingest.add_argument("paths", nargs="+")
+    ingest.set_defaults(run=cmd_ingest)
 
 
 def _principals_parser(principals: argparse.ArgumentParser,

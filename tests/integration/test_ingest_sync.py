@@ -1,0 +1,471 @@
+"""`es-provider ingest --sync` (issue 29 §4, docs/ingest.md) on a real node, through the real command: documents
+removed from a folder leave the answers after the next sync while the others stay; a sync interrupted mid-way
+(a file that cannot be read, the engine failing part-way, an exception after some writes, a kill) removes
+nothing; another tenant's or another source's documents with the same ids are never touched, on the by-query
+path and on the core-API one; a dry run lists and changes nothing; a sync without --source is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from helpers import served
+from helpers.calls import ROUTE, body, headers
+from helpers.proxy import EngineProxy
+from helpers.setup import api_key, bearer, new_kb
+
+from es_provider import admin
+from es_provider.deadline import fixed_budget
+from es_provider.engine import Engine
+from es_provider.ingest import sync
+from es_provider.ingest.records import AclRecord, DocumentRecord, SourceDocument, SourceRef
+from es_provider.ingest.writer import LABEL_FIELD, chunk_documents
+
+FILES = Path(__file__).resolve().parent.parent / "fixtures" / "files"
+TOPIC = "turbine inspection"
+
+
+def write_config(tmp_path: Path, kb: Any) -> Path:
+    return served.write_config(tmp_path / "config.toml", "http://127.0.0.1:9200", [served.kb_entry(kb.alias)])
+
+
+def cli(url: str, *args: str, wait: bool = True) -> Any:
+    """The real command in its own process, against the node (or proxy) at `url`."""
+    env = {**os.environ, "OPENSEARCH_URL": url}
+    command = [sys.executable, "-m", "es_provider.cli", *args]
+    if not wait:
+        return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+@dataclass
+class Sync:
+    """`ingest --sync` of one folder into one knowledge base, as an operator's cron job would run it."""
+
+    url: str
+    config: Path
+    kb: Any
+    folder: Path
+
+    def run(self, *extra: str, source: str | None = "wiki", tenant: str | None = "team-a",
+            paths: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+        args = ["ingest", "--config", str(self.config), "--kb", self.kb.id, "--groups", "eng"]
+        args += ["--tenant", tenant] if tenant else []
+        args += ["--source", source] if source else []
+        return cli(self.url, *args, "--sync", *extra, *(paths or (str(self.folder),)))
+
+    def files(self, names: dict[str, str]) -> None:
+        """Makes the folder hold exactly these files (name → text)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder.mkdir(parents=True)
+        for name, text in names.items():
+            (self.folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (self.folder / name).write_text(text)
+
+
+def doc_text(name: str, extra: str = "") -> str:
+    return f"# {name}\n\nThe {TOPIC} notes of {name}. {extra}\n"
+
+
+@pytest.fixture
+def wiki(opensearch, kb, tmp_path) -> Sync:
+    return Sync(opensearch.url, write_config(tmp_path, kb), kb, tmp_path / "wiki")
+
+
+async def chunks(engine: Engine, kb: Any, query: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    await engine.refresh(kb.alias)
+    budget = fixed_budget(10_000, now_monotonic=time.monotonic())
+    response = await engine.search(kb.alias, {"size": 10000, "query": query or {"match_all": {}},
+                                              "sort": ["chunk_id"]}, budget)
+    return [hit["_source"] for hit in response.get("hits", {}).get("hits", [])]
+
+
+async def held(engine: Engine, kb: Any) -> set[tuple[str, str | None, str | None]]:
+    """(document id, tenant, source label) of every chunk."""
+    return {(c["document_id"], c.get("tenant_id"), c.get(LABEL_FIELD)) for c in await chunks(engine, kb)}
+
+
+async def serve(client_for: Any, kb: Any) -> Any:
+    """The service over the knowledge base, with a Dify key for u-alice of team-a."""
+    return await client_for(kb, api_keys=[api_key(["project-documents"], tenants=["team-a"], subject="u-alice")])
+
+
+async def answered(client: Any, execution: str) -> tuple[set[str], set[str]]:
+    """The documents u-alice of team-a is answered about the topic, through SparkTide and through Dify."""
+    sparktide = await client.post(ROUTE, json=body("u-alice", "team-a", query=TOPIC, topK=10, executionId=execution),
+                                  headers=headers(**{"Idempotency-Key": execution}))
+    dify = await client.post("/retrieval", headers=bearer(), data=json.dumps(
+        {"knowledge_id": "project-documents", "query": TOPIC, "retrieval_setting": {"top_k": 10, "score_threshold": 0}}))
+    assert sparktide.status == 200 and dify.status == 200
+    return ({item["documentId"] for item in (await sparktide.json())["items"]},
+            {record["metadata"]["document_id"] for record in (await dify.json())["records"]})
+
+
+async def test_documents_removed_from_the_folder_leave_the_answers_and_the_others_stay(
+        wiki, engine, kb, client_for) -> None:
+    wiki.files({"alpha.md": doc_text("alpha"), "beta.md": doc_text("beta"), "sub/gamma.md": doc_text("gamma")})
+    first = wiki.run()
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip().endswith(
+        "; sync (source wiki, tenant team-a): 0 documents no longer in the source removed (0 chunks)"), first.stdout
+    assert await held(engine, kb) == {(d, "team-a", "wiki") for d in ("alpha.md", "beta.md", "sub/gamma.md")}
+    client = await serve(client_for, kb)
+    everything = {"alpha.md", "beta.md", "sub/gamma.md"}
+    assert await answered(client, "before") == (everything, everything)
+
+    # beta.md and the whole sub/ folder leave the source; alpha.md changes.
+    wiki.files({"alpha.md": doc_text("alpha", "Revised: blades every 400 hours.")})
+    second = wiki.run()
+    assert second.returncode == 0, second.stderr
+    lines = second.stdout.strip().splitlines()
+    assert lines[:2] == ["removed: beta.md", "removed: sub/gamma.md"], second.stdout
+    assert lines[2].startswith("ingested 1 documents")
+    assert lines[2].endswith("; sync (source wiki, tenant team-a): 2 documents no longer in the source removed "
+                             "(2 chunks)"), lines[2]
+    assert await held(engine, kb) == {("alpha.md", "team-a", "wiki")}
+    assert await answered(client, "after") == ({"alpha.md"}, {"alpha.md"})
+    assert "400 hours" in (await chunks(engine, kb))[0]["content"]
+
+    again = wiki.run()  # nothing changed: nothing to remove
+    assert again.returncode == 0 and "0 documents no longer in the source removed" in again.stdout
+
+
+def broken_pdf(folder: Path) -> None:
+    shutil.copy(FILES / "broken.pdf", folder / "broken.pdf")
+
+
+async def test_a_file_that_cannot_be_read_makes_the_sync_remove_nothing(wiki, engine, kb, client_for) -> None:
+    wiki.files({"alpha.md": doc_text("alpha"), "beta.md": doc_text("beta")})
+    assert wiki.run().returncode == 0
+    wiki.files({"alpha.md": doc_text("alpha")})
+    broken_pdf(wiki.folder)  # beta.md went, and a file the run cannot read came: it may be what beta.md became
+    failed = wiki.run()
+    assert failed.returncode == 1
+    assert "failed: " in failed.stderr and "broken.pdf: not a readable PDF" in failed.stderr
+    assert ("sync (source wiki, tenant team-a): nothing removed: the run had 1 failure, and a document it could "
+            "not read or write may still be in the source (1 document (1 chunk) of the scope not in the source)"
+            in failed.stdout), failed.stdout
+    assert not any(line.startswith("removed: ") for line in failed.stdout.splitlines())
+    assert await held(engine, kb) == {("alpha.md", "team-a", "wiki"), ("beta.md", "team-a", "wiki")}
+    assert await answered(await serve(client_for, kb), "kept") == ({"alpha.md", "beta.md"}, {"alpha.md", "beta.md"})
+
+    (wiki.folder / "broken.pdf").unlink()  # fixed: the next sync removes beta.md
+    fixed = wiki.run()
+    assert fixed.returncode == 0 and "removed: beta.md" in fixed.stdout, fixed.stdout + fixed.stderr
+    assert await held(engine, kb) == {("alpha.md", "team-a", "wiki")}
+
+
+class OutageAfterFirstBulk(EngineProxy):
+    """Forwards everything until one `_bulk` has gone through; every later `_bulk` is answered 503 (the engine
+    going away in the middle of a large run)."""
+
+    bulks = 0
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        if "_bulk" in request.path:
+            self.bulks += 1
+            self.status, self.fail_matching = (503, "_bulk") if self.bulks > 1 else (None, None)
+        return await super()._forward(request)
+
+
+def records(path: Path, ids: list[str], version: str, words: int = 3) -> Path:
+    with path.open("w") as handle:
+        for doc_id in ids:
+            text = " ".join(f"Line {j} of {doc_id} about {TOPIC}." for j in range(words))
+            handle.write(json.dumps({"document_id": doc_id, "content": text, "tenant_id": "team-a",
+                                     "source": {"version": version}, "acl": {"groups": ["eng"]}}) + "\n")
+    return path
+
+
+async def test_an_engine_failing_part_way_makes_the_sync_remove_nothing(wiki, engine, kb, tmp_path) -> None:
+    ids = [f"doc-{i:04d}" for i in range(1200)]
+    first = wiki.run(paths=(str(records(tmp_path / "v1.jsonl", [*ids, "gone"], "v1")),))
+    assert first.returncode == 0, first.stderr
+    outage = await OutageAfterFirstBulk(engine.url).start()
+    try:
+        # One bulk request at a time, so that the first is whole (500 chunks) and every later one fails.
+        failed = await asyncio.to_thread(Sync(outage.url, wiki.config, kb, wiki.folder).run, "--concurrency", "1",
+                                         paths=(str(records(tmp_path / "v2.jsonl", ids, "v2")),))
+    finally:
+        await outage.close()
+    assert failed.returncode == 1
+    said = failed.stdout + failed.stderr
+    # 700 documents failed; where the engine deletes through `_bulk` too (Elasticsearch without the reindex
+    # module), the stale-chunk cleanup of the 500 written ones fails as well, and the run stops there.
+    assert ("nothing removed: the run had 700 failures" in failed.stdout
+            or "sync: nothing removed (the run did not finish)\n" in failed.stderr), said[-2000:]
+    stored = await chunks(engine, kb)
+    assert sum(1 for c in stored if c["version"] == "v2") == 500  # written before the outage
+    assert any(c["document_id"] == "gone" for c in stored)
+
+    finished = wiki.run(paths=(str(tmp_path / "v2.jsonl"),))  # the engine is back: the same run again
+    assert finished.returncode == 0, finished.stderr
+    assert "removed: gone\n" in finished.stdout
+    assert {c["document_id"] for c in await chunks(engine, kb)} == set(ids)
+
+
+INTERRUPT_AFTER = textwrap.dedent("""
+    import sys
+
+    from es_provider import cli
+    from es_provider.engine import Engine
+    from es_provider.errors import ErrorCode, KnowledgeError
+
+    limit, sent, original = int(sys.argv[1]), 0, Engine.bulk
+
+
+    def bulk(self, actions, **kwargs):
+        async def until_the_limit():
+            global sent
+            async for action in actions:
+                if sent == limit:
+                    raise KnowledgeError(ErrorCode.UNAVAILABLE, detail="injected: the engine went away")
+                sent += 1
+                yield action
+        return original(self, until_the_limit(), **kwargs)
+
+
+    Engine.bulk = bulk
+    sys.exit(cli.main(sys.argv[2:]))
+""")
+
+
+async def test_an_exception_after_some_writes_makes_the_sync_remove_nothing(wiki, engine, kb, tmp_path) -> None:
+    """The real command, its engine's bulk made to raise after 700 chunks (500 of them written): the run stops
+    with the error and says that nothing was removed."""
+    ids = [f"doc-{i:04d}" for i in range(1000)]
+    assert wiki.run(paths=(str(records(tmp_path / "v1.jsonl", [*ids, "gone"], "v1")),)).returncode == 0
+    script = tmp_path / "interrupted.py"
+    script.write_text(INTERRUPT_AFTER)
+    env = {**os.environ, "OPENSEARCH_URL": engine.url}
+    interrupted = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, str(script), "700", "ingest", "--config", str(wiki.config), "--kb", kb.id, "--tenant",
+         "team-a", "--source", "wiki", "--sync", "--concurrency", "1", str(records(tmp_path / "v2.jsonl", ids, "v2"))],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert interrupted.returncode == 1
+    assert interrupted.stderr.splitlines() == [
+        "sync: nothing removed (the run did not finish)",
+        "es-provider: engine: KNOWLEDGE_UNAVAILABLE (injected: the engine went away)"], interrupted.stderr
+    stored = await chunks(engine, kb)
+    assert sum(1 for c in stored if c["version"] == "v2") == 500
+    assert any(c["document_id"] == "gone" for c in stored)
+
+
+async def test_a_killed_sync_removes_nothing_and_a_rerun_finishes_it(wiki, engine, kb, tmp_path) -> None:
+    ids = [f"doc-{i:05d}" for i in range(1500)]  # 3,000 chunks
+    assert wiki.run(paths=(str(records(tmp_path / "v1.jsonl", ["keep", "gone"], "v1")),)).returncode == 0
+    data = records(tmp_path / "v2.jsonl", ["keep", *ids], "v2", words=60)
+    process = cli(engine.url, "ingest", "--config", str(wiki.config), "--kb", kb.id, "--tenant", "team-a",
+                  "--source", "wiki", "--sync", str(data), wait=False)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        await engine.refresh(kb.alias)  # a large load turns refresh off: counted without, the kill would come late
+        if await engine.count(kb.alias) > 500 or process.poll() is not None:
+            break
+        await asyncio.sleep(0.05)
+    killed_mid_way = process.poll() is None
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert killed_mid_way, "the sync finished before it could be killed; make the corpus larger"
+    await engine.refresh(kb.alias)
+    assert any(c["document_id"] == "gone" for c in await chunks(engine, kb, {"term": {"document_id": "gone"}}))
+
+    rerun = wiki.run(paths=(str(data),))
+    assert rerun.returncode == 0, rerun.stderr
+    assert "removed: gone\n" in rerun.stdout and "1 document no longer in the source removed" in rerun.stdout
+    assert await engine.count(kb.alias, {"term": {"document_id": "gone"}}) == 0
+    assert await engine.count(kb.alias) == await engine.count(kb.alias, {"term": {LABEL_FIELD: "wiki"}})
+
+
+async def plant(engine: Engine, kb: Any, document_id: str, *, tenant: str | None, label: str | None,
+                version: str) -> int:
+    """Chunks written straight to the index, bypassing ingest's id checks: what an index from an older release,
+    or another tool, may hold. Returns how many."""
+    record = DocumentRecord(document_id=document_id, content=doc_text(document_id, f"Copy {version}."),
+                            tenant_id=tenant, acl=AclRecord(groups=["eng"]), source=SourceRef(version=version))
+    planted = chunk_documents(SourceDocument.of(record), size=2000, overlap=100)
+    for chunk in planted:
+        if label is not None:
+            chunk[LABEL_FIELD] = label
+    async for ok, item in engine.bulk([{"_op_type": "index", "_index": kb.alias, "_id": c["chunk_id"], "_source": c}
+                                       for c in planted]):
+        assert ok, item
+    await engine.refresh(kb.alias)
+    return len(planted)
+
+
+OTHERS = [  # (tenant, label): every scope that is not (team-a, wiki)
+    ("team-b", "wiki"), ("team-a", "drive"), ("team-a", None), (None, "wiki"), (None, None)]
+
+
+async def plant_others(engine: Engine, kb: Any) -> set[tuple[str, str | None, str | None]]:
+    """gone.md, and a document of its own, in every other scope: what a team-a/wiki sync must never touch."""
+    planted = set()
+    for number, (tenant, label) in enumerate(OTHERS):
+        for document_id in ("gone.md", f"other-{number}.md"):
+            await plant(engine, kb, document_id, tenant=tenant, label=label, version=f"o{number}")
+            planted.add((document_id, tenant, label))
+    return planted
+
+
+async def test_another_tenants_and_another_sources_documents_with_the_same_ids_are_untouched(
+        wiki, engine, kb) -> None:
+    wiki.files({"keep.md": doc_text("keep"), "gone.md": doc_text("gone")})
+    assert wiki.run().returncode == 0
+    others = await plant_others(engine, kb)
+    wiki.files({"keep.md": doc_text("keep")})
+    done = wiki.run()
+    assert done.returncode == 0, done.stderr
+    assert "removed: gone.md\n" in done.stdout and "1 document no longer in the source removed (1 chunk)" in done.stdout
+    assert await held(engine, kb) == {("keep.md", "team-a", "wiki"), *others}
+
+    # The application-shared scope of the same source: its own two documents go; team-a's and the rest stay.
+    shared = Sync(wiki.url, wiki.config, kb, wiki.folder.parent / "shared")
+    shared.files({"kept-shared.md": doc_text("kept shared")})
+    done = shared.run("--public", tenant=None)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[:2] == ["removed: gone.md", "removed: other-3.md"], done.stdout
+    assert "sync (source wiki, no tenant): 2 documents no longer in the source removed (2 chunks)" in done.stdout
+    assert await held(engine, kb) == {("keep.md", "team-a", "wiki"), ("kept-shared.md", None, "wiki"),
+                                      *(others - {("gone.md", None, "wiki"), ("other-3.md", None, "wiki")})}
+
+
+@pytest.mark.parametrize("by_query", [None, False], ids=["engine-default", "core-api"])
+async def test_removal_deletes_only_the_scope_on_either_write_path(opensearch, kb, by_query) -> None:
+    """The module's removal itself, once through the engine's `_delete_by_query` (where it has one) and once
+    through a scroll and bulk deletes (Elasticsearch without the reindex module), on the same planted index."""
+    engine = Engine(opensearch.url, timeout_s=30, by_query=by_query)
+    try:
+        mine = {"keep.md": await plant(engine, kb, "keep.md", tenant="team-a", label="wiki", version="m"),
+                "gone.md": await plant(engine, kb, "gone.md", tenant="team-a", label="wiki", version="m")}
+        others = await plant_others(engine, kb)
+        scope = sync.Scope("wiki", "team-a")
+        assert await sync.held_in_scope(engine, kb.alias, scope) == mine
+        removal = await sync.mirror(engine, kb.alias, scope, {"keep.md"}, failures=0)
+        assert removal.stale == {"gone.md": 1} and removal.deleted == 1
+        assert await held(engine, kb) == {("keep.md", "team-a", "wiki"), *others}
+    finally:
+        await engine.close()
+
+
+async def test_a_dry_run_lists_what_would_go_and_changes_nothing(wiki, engine, kb) -> None:
+    wiki.files({"alpha.md": doc_text("alpha"), "beta.md": doc_text("beta"), "c/gamma.md": doc_text("gamma")})
+    assert wiki.run().returncode == 0
+    before = await chunks(engine, kb)
+    wiki.files({"alpha.md": doc_text("alpha", "Changed."), "delta.md": doc_text("delta")})
+    planned = wiki.run("--dry-run")
+    assert planned.returncode == 0, planned.stderr
+    assert planned.stdout.splitlines() == [
+        "beta.md", "c/gamma.md",
+        "dry run (source wiki, tenant team-a): 2 documents (2 chunks) would be removed; nothing written"]
+    assert await chunks(engine, kb) == before  # delta.md not written, alpha.md not changed, nothing removed
+
+    broken_pdf(wiki.folder)
+    refused = wiki.run("--dry-run")
+    assert refused.returncode == 1 and "broken.pdf: not a readable PDF" in refused.stderr
+    assert refused.stdout.splitlines()[-1] == (
+        "dry run (source wiki, tenant team-a): nothing would be removed: the run would have 1 failure, and a "
+        "document it could not read or write may still be in the source (2 documents (2 chunks) of the scope not "
+        "in the source)")
+    assert await chunks(engine, kb) == before
+
+
+def test_sync_without_a_source_and_dry_run_without_sync_are_refused(opensearch, kb, tmp_path) -> None:
+    config = str(write_config(tmp_path, kb))
+    (tmp_path / "a.md").write_text("alpha")
+    cases = {("--sync",): "es-provider: --sync needs --source LABEL: the source whose documents this run mirrors "
+                          "(docs/ingest.md)\n",
+             ("--source", "wiki", "--dry-run"): "es-provider: --dry-run lists what --sync would remove: give it "
+                                                "with --sync\n",
+             ("--source", " ", "--sync"): "es-provider: --source: a label is required (e.g. --source wiki)\n",
+             ("--source", "a\tb"): "es-provider: --source: no control characters (tabs, newlines)\n",
+             ("--source", "s" * 129): "es-provider: --source: at most 128 characters\n"}
+    for args, message in cases.items():
+        done = cli(opensearch.url, "ingest", "--config", config, "--kb", kb.id, *args, str(tmp_path / "a.md"))
+        assert (done.returncode, done.stderr, done.stdout) == (2, message, ""), args
+
+
+async def test_a_document_belongs_to_the_source_that_wrote_it(wiki, engine, kb, tmp_path) -> None:
+    wiki.files({"shared.md": doc_text("shared"), "wiki-only.md": doc_text("wiki only")})
+    assert wiki.run().returncode == 0
+    drive = Sync(wiki.url, wiki.config, kb, tmp_path / "drive")
+    drive.files({"shared.md": doc_text("shared", "The drive's copy."), "drive-only.md": doc_text("drive only")})
+    taken = drive.run(source="drive")
+    assert taken.returncode == 1
+    assert ("failed: document shared.md: the knowledge base holds it from source 'wiki', not 'drive'; not written"
+            in taken.stderr), taken.stderr
+    assert "nothing removed: the run had 1 failure" in taken.stdout
+    plain = cli(wiki.url, "ingest", "--config", str(wiki.config), "--kb", kb.id, "--tenant", "team-a", "--groups",
+                "eng", str(drive.folder / "shared.md"))
+    assert plain.returncode == 1
+    assert "holds it from source 'wiki'; not written without --source wiki" in plain.stderr
+    assert await held(engine, kb) == {("shared.md", "team-a", "wiki"), ("wiki-only.md", "team-a", "wiki"),
+                                      ("drive-only.md", "team-a", "drive")}
+    assert "drive's copy" not in " ".join(c["content"] for c in await chunks(engine, kb))
+
+    # Documents that no source wrote are taken over by the first sync that holds them.
+    (tmp_path / "loose.md").write_text(doc_text("loose"))
+    assert cli(wiki.url, "ingest", "--config", str(wiki.config), "--kb", kb.id, "--tenant", "team-a", "--groups",
+               "eng", str(tmp_path / "loose.md")).returncode == 0
+    shutil.copy(tmp_path / "loose.md", wiki.folder / "loose.md")
+    adopted = wiki.run()
+    assert adopted.returncode == 0, adopted.stderr
+    assert ("loose.md", "team-a", "wiki") in await held(engine, kb)
+
+
+async def test_a_record_of_another_tenant_is_outside_the_sync(wiki, engine, kb, tmp_path) -> None:
+    data = tmp_path / "mixed.jsonl"
+    data.write_text("".join(json.dumps({"document_id": doc_id, "content": doc_text(doc_id), "tenant_id": tenant,
+                                        "acl": {"groups": ["eng"]}}) + "\n"
+                            for doc_id, tenant in (("mine", "team-a"), ("theirs", "team-b"))))
+    done = wiki.run(paths=(str(data),))
+    assert done.returncode == 1
+    assert (f"failed: {data}:2: document theirs: tenant team-b is outside this sync (source wiki, tenant team-a); "
+            "not written") in done.stderr, done.stderr
+    assert await held(engine, kb) == {("mine", "team-a", "wiki")}
+
+
+async def test_a_source_that_reads_empty_removes_nothing(wiki, engine, kb) -> None:
+    wiki.files({"alpha.md": doc_text("alpha")})
+    assert wiki.run().returncode == 0
+    wiki.files({})  # an unmounted share looks like this
+    empty = wiki.run()
+    assert empty.returncode == 1
+    assert ("nothing removed: no document was read from the source (an empty or unmounted folder looks the same)"
+            in empty.stdout), empty.stdout
+    assert await held(engine, kb) == {("alpha.md", "team-a", "wiki")}
+
+
+async def test_an_index_made_before_source_labels_gets_the_field(opensearch, engine, tmp_path) -> None:
+    old = new_kb()
+    body = admin.load_index_body()
+    del body["mappings"]["properties"][LABEL_FIELD]
+    await admin.create(engine, old, body)
+    try:
+        wiki = Sync(opensearch.url, write_config(tmp_path, old), old, tmp_path / "wiki")
+        wiki.files({"alpha.md": doc_text("alpha"), "beta.md": doc_text("beta")})
+        # A dry run writes nothing, the mapping included: with no labelled chunk, nothing is in its scope.
+        planned = wiki.run("--dry-run")
+        assert planned.returncode == 0 and planned.stdout.startswith("dry run (source wiki, tenant team-a): 0 "
+                                                                     "documents (0 chunks) would be removed")
+        assert wiki.run().returncode == 0
+        mapping = await engine._client.indices.get_mapping(index=old.alias)
+        assert next(iter(mapping.values()))["mappings"]["properties"][LABEL_FIELD] == {"type": "keyword"}
+        wiki.files({"alpha.md": doc_text("alpha")})
+        done = wiki.run()
+        assert done.returncode == 0 and "removed: beta.md" in done.stdout, done.stdout + done.stderr
+    finally:
+        await admin.drop(engine, old)

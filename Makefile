@@ -28,7 +28,7 @@ compose-check:
 ES_SUITES := $(addprefix tests/integration/test_,walking_skeleton.py core_writes.py sparktide_answers.py \
 	sparktide_refusals.py agentarts.py dify.py three_protocols_oracle.py reliability_isolation.py \
 	ingest_lifecycle.py vector_retrieval.py vector_operations.py reliability_vector.py reliability_reindex.py \
-	reliability_hostile.py reliability_hostile_costs.py workbench.py principal_store.py ingest_sync.py)
+	reliability_hostile.py reliability_hostile_costs.py workbench.py principal_store.py access_record.py ingest_sync.py)
 
 # Unit and integration tests; each run starts its real engine node itself (tests/conftest.py): everything on
 # OpenSearch, then ES_SUITES on Elasticsearch 8 and on Elasticsearch 9.

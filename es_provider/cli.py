@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime as dt
 import os
 import sys
 import time
@@ -288,6 +289,34 @@ def cmd_manifest(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_access(args: argparse.Namespace, settings: Settings) -> int:
+    """Access records as JSON Lines, newest first: from the engine's daily indices, else the daily files."""
+    from es_provider import access, recorder
+
+    config = settings.access_log
+    try:
+        since = access.parse_since(args.since, dt.datetime.now(dt.UTC)) if args.since else None
+    except ValueError:
+        return _fail("--since: a duration such as 7d, 12h or 30m, or an ISO 8601 time", EXIT_USAGE)
+    wanted = access.Wanted(document=args.document, subject=args.subject, knowledge=args.kb, since=since,
+                           limit=args.limit)
+    found: list[dict[str, Any]] = []
+    if "index" in config.sinks:
+        async def read() -> list[dict[str, Any]]:
+            engine = Engine(config.url or settings.opensearch.url, timeout_s=settings.opensearch.timeout_s)
+            try:
+                return await recorder.find_in_index(engine, config.index, wanted)
+            finally:
+                await engine.close()
+
+        found = asyncio.run(read())
+    elif config.directory:
+        found = recorder.find_in_files(Path(config.directory), wanted)
+    for record in found:
+        sys.stdout.write(orjson.dumps(record).decode() + "\n")
+    return 0
+
+
 def cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
     from es_provider import calibrate
 
@@ -373,6 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
     _principals_parser(sub.add_parser("principals", help="users and groups in the principal store "
                                                          "(docs/identities.md)"), with_config)
     _manifest_parser(with_config(sub.add_parser("manifest", help="print the SparkTide REMOTE registration JSON")))
+    _access_parser(with_config(sub.add_parser(
+        "access", help="who was served what: access records as JSON Lines, newest first (docs/access.md)")))
     _calibrate_parser(sub.add_parser(
         "calibrate", help="fit the score mappings on judged queries; prints [scoring.*] for the configuration"))
     return parser
@@ -420,6 +451,15 @@ def _manifest_parser(manifest: argparse.ArgumentParser) -> None:
     manifest.add_argument("--endpoint", required=True, help="the public base URL (or the full callback URL)")
     manifest.add_argument("--version", default=None, help="published version (default: the last listed)")
     manifest.set_defaults(run=cmd_manifest)
+
+
+def _access_parser(access: argparse.ArgumentParser) -> None:
+    access.add_argument("--document", default=None, help="records that served this document id")
+    access.add_argument("--subject", default=None, help="records of answers for this subject")
+    access.add_argument("--kb", default=None, help="records that asked this knowledge base")
+    access.add_argument("--since", default=None, help="7d, 12h, 30m, or an ISO 8601 time")
+    access.add_argument("--limit", type=int, default=100, help="at most this many records (newest first)")
+    access.set_defaults(run=cmd_access)
 
 
 def _calibrate_parser(calibrate: argparse.ArgumentParser) -> None:

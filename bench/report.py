@@ -378,6 +378,47 @@ def _identities(found: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _access(found: dict[str, Any]) -> list[str]:
+    modes, ratio = found["modes"], found["on_over_off"]
+    paired = ratio["per_round"]
+    median_of = {"p50_ms": "median_round_p50_ms", "rps": "median_round_rps",
+                 "service_cpu_ms_per_request": "median_round_cpu_ms_per_request"}
+
+    def cells(label: str, key: str, digits: int) -> str:
+        row = modes[label]
+        return f"{row[median_of[key]]:.{digits}f} ({', '.join(f'{r[key]:.{digits}f}' for r in row['rounds'])})"
+
+    def ratios(median: float, rounds: list[float]) -> str:
+        return f"{median:.2f} ({', '.join(f'{x:.2f}' for x in rounds)})"
+
+    cpu = ratio["c32_cpu_ms_per_request"]
+    lines = ["## 12. What the access record costs (off vs on), and how many records one node absorbs", "",
+             "The SparkTide route on sections 2 and 8's knowledge base, served by two processes side by side that "
+             "differ only in `[access_log] enabled`. Medians of "
+             f"{found['rounds']} interleaved rounds, every round's figure in brackets; the ratio row is on / off of "
+             "the medians, and in brackets within each round.", "",
+             "| access record | c=1 p50 (ms) | c=32 service CPU per request (ms) | c=32 requests/s |", "|---|---|---|---|"]
+    for mode in ("off", "on"):
+        lines.append(f"| {mode} | {cells(mode + ' c1', 'p50_ms', 2)} | "
+                     f"{cells(mode + ' c32', 'service_cpu_ms_per_request', 3)} | {cells(mode + ' c32', 'rps', 0)} |")
+    lines.append(f"| on / off | {ratios(ratio['c1_p50'], paired['c1_p50'])} | "
+                 f"{ratios(cpu, paired['c32_cpu_ms_per_request'])} | {ratios(ratio['c32_rps'], paired['c32_rps'])} |")
+    lines += ["", f"- Target: ≤ 10 % more service CPU per request with the record on: {(cpu - 1) * 100:+.1f} %, "
+                  f"{_verdict(cpu <= 1.10)}."]
+    written = found.get("records_metrics", {})
+    lines.append(f"- Records: the on service answered {found['requests_to_the_on_service']:,} requests (warm-ups "
+                 "included); its metrics "
+                 "say " + ", ".join(f"`{k}` {v:,.0f}" for k, v in sorted(written.items())) + ".")
+    lines += ["", "The recorder's index writer alone, as fast as the node takes records:", "",
+              "| writers | records | seconds | records/s | bytes per record | rejected |", "|---|---|---|---|---|---|"]
+    for row in found["sink"]:
+        lines.append(f"| {row['writers']} | {row['records']:,} | {row['seconds']} | {row['records_per_s']:,} | "
+                     f"{row['record_bytes']} | {row['rejected']} |")
+    lines.append("")
+    lines += [f"- {k}: {v}" for k, v in found["settings"].items()]
+    return [*lines, ""]
+
+
 def render(results: Path, docs: Path) -> Path:
     quality, latency, ingest, acl = (_load(results, n) for n in ("quality", "latency", "ingest", "acl"))
     semantic = _load(results, "semantic")
@@ -469,7 +510,7 @@ def render(results: Path, docs: Path) -> Path:
     if relevance:
         lines += _relevance(relevance, docs / "img")
     for name, section in (("hotpath", _hotpath), ("workers", _workers), ("scale", _scale), ("engines", _engines),
-                          ("identities", _identities)):
+                          ("identities", _identities), ("access", _access)):
         found = _load(results, name)
         if found:
             found.pop("machine", None)

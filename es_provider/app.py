@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import hmac
 import logging
 import os
@@ -144,7 +143,7 @@ def kept(entry: access.Entry, response: web.StreamResponse, *, recorder: Recorde
         response = protocol.render_error(KnowledgeError(ErrorCode.UNAVAILABLE))
         response[ERROR_CODE] = ErrorCode.UNAVAILABLE.value
     recorder.keep(access.record(entry, status=response.status, code=response.get(ERROR_CODE, ""),
-                                moment=dt.datetime.now(dt.UTC), duration_ms=(time.monotonic() - started) * 1000,
+                                moment=access.now_iso(), duration_ms=(time.monotonic() - started) * 1000,
                                 worker=os.getpid()))
     response.headers["X-Access-Record"] = entry.id
     return response

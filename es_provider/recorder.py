@@ -65,8 +65,7 @@ class IndexSink:
         pass  # each day's index is made by its first write
 
     async def write(self, batch: list[dict[str, Any]]) -> list[tuple[int, str]]:
-        rows = [(access.daily_index(self.prefix, dt.datetime.fromisoformat(r["time"])), r["id"], orjson.dumps(r))
-                for r in batch]
+        rows = [(access.daily_index(self.prefix, r["time"]), r["id"], orjson.dumps(r)) for r in batch]
         failed = await self.engine.append(rows, access.INDEX_BODY)
         retry = [f for f in failed if f[1] == 429 or f[1] >= 500]
         if retry:
@@ -96,8 +95,7 @@ class FileSink:
     async def write(self, batch: list[dict[str, Any]]) -> list[tuple[int, str]]:
         by_file: dict[str, list[bytes]] = {}
         for r in batch:
-            by_file.setdefault(access.daily_file(dt.datetime.fromisoformat(r["time"])), []).append(
-                orjson.dumps(r) + b"\n")
+            by_file.setdefault(access.daily_file(r["time"]), []).append(orjson.dumps(r) + b"\n")
         await asyncio.to_thread(self._append, by_file)
         return []
 

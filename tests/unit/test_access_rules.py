@@ -24,7 +24,7 @@ def entry(**changes: object) -> access.Entry:
 
 
 def test_record_names_who_what_and_which_documents_in_order() -> None:
-    got = access.record(entry(), status=200, code="", moment=NOW, duration_ms=3.14159, worker=42)
+    got = access.record(entry(), status=200, code="", moment=access.iso_time(NOW), duration_ms=3.14159, worker=42)
     assert got == {
         "time": "2026-12-02T10:30:15.123Z", "id": "r1", "protocol": "sparktide",
         "route": "/agent/knowledge/{knowledge_id}/{version}", "method": "POST", "status": 200, "code": "",
@@ -40,7 +40,7 @@ def test_record_names_who_what_and_which_documents_in_order() -> None:
 
 def test_a_refusal_record_serves_nothing_and_keeps_no_key() -> None:
     refused = entry(credential=None, served=(), request_ids={}, query_key=b"k" * 32)
-    got = access.record(refused, status=401, code="KNOWLEDGE_ACCESS_DENIED", moment=NOW, duration_ms=0.1, worker=1)
+    got = access.record(refused, status=401, code="KNOWLEDGE_ACCESS_DENIED", moment=access.iso_time(NOW), duration_ms=0.1, worker=1)
     assert (got["documents"], got["served"], got["credential"]) == ([], [], None)
     assert "query_key" not in got and "execution_id" not in got and "query_hmac" not in got
 
@@ -78,7 +78,7 @@ def test_since_refuses_what_it_cannot_read(given: str) -> None:
         access.parse_since(given, NOW)
 
 
-STORED = access.record(entry(), status=200, code="", moment=NOW, duration_ms=1, worker=1)
+STORED = access.record(entry(), status=200, code="", moment=access.iso_time(NOW), duration_ms=1, worker=1)
 
 
 @pytest.mark.parametrize(("wanted", "found"), [

@@ -34,9 +34,9 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from es_provider.auth import read_secret
 from es_provider.config import EmbedderSettings, Settings
+from es_provider.cores import usable_cores
 from es_provider.errors import ErrorCode, KnowledgeError
 from es_provider.transient import TransientStatus, transient, transient_status
-from es_provider.workers import usable_cores
 
 Vector = list[float]
 

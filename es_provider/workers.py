@@ -27,15 +27,12 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
+from es_provider.cores import usable_cores
+
 log = logging.getLogger("es_provider.workers")
 # How long a stopping worker may take to finish its in-flight requests before it is killed: aiohttp's own
 # graceful-shutdown limit, plus a margin.
 STOP_TIMEOUT_S = 70.0
-
-
-def usable_cores() -> int:
-    """The cores this process may use (its CPU affinity where the platform has one)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def count(value: str) -> int:

@@ -82,3 +82,13 @@ class ClientDisconnected(Exception):
 
 class StartupError(Exception):
     """The service must not start with this configuration; the message says why and what to do."""
+
+
+# The search client's connection failures (http1.py raises them; transient.py, the retry rule, tells them apart
+# without importing the client).
+class ConnectFailed(ConnectionError):
+    """No connection could be made: the request reached nobody."""
+
+
+class Disconnected(ConnectionError):
+    """The connection ended before the whole answer arrived."""

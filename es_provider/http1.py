@@ -17,13 +17,7 @@ from urllib.parse import unquote, urlsplit
 
 import httptools
 
-
-class ConnectFailed(ConnectionError):
-    """No connection could be made: the request reached nobody."""
-
-
-class Disconnected(ConnectionError):
-    """The connection ended before the whole answer arrived."""
+from es_provider.errors import ConnectFailed, Disconnected
 
 
 class _Connection(asyncio.Protocol):

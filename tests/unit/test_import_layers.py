@@ -5,6 +5,7 @@ serves (issue 30: embedders → workers → app → embedders; transient → htt
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import es_provider
@@ -90,8 +91,13 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return circles
 
 
+@functools.cache
+def _package_graph() -> dict[str, set[str]]:
+    return _graph(_modules())
+
+
 def test_the_package_imports_in_no_circle() -> None:
-    graph = _graph(_modules())
+    graph = _package_graph()
     assert len(graph) > 40  # the walk found the package
     assert _circles(graph) == []
 
@@ -101,6 +107,6 @@ def test_the_circle_finder_finds_one() -> None:
 
 
 def test_the_retry_rule_and_the_embedders_stand_below_the_clients_and_the_server() -> None:
-    graph = _graph(_modules())
+    graph = _package_graph()
     assert "es_provider.http1" not in graph["es_provider.transient"]
     assert "es_provider.workers" not in graph["es_provider.embedders"]

@@ -37,6 +37,7 @@ log = logging.getLogger("es_provider.access")
 RETENTION_EVERY_S = 3600.0
 RETRY_WAIT_S = (0.2, 5.0)  # first and longest wait between tries of a failing batch
 CLOSE_WAIT_S = 15.0  # how long the stop waits for a sink to take what is queued
+CLOSE_TRIES = 3  # ... and how many failed writes it tries before it gives up
 
 Counted = Callable[[str, int], None]  # (reason or sink, records)
 
@@ -258,10 +259,13 @@ class Recorder:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         deadline = time.monotonic() + wait_s
         for channel in self.channels:
-            while channel.queue and time.monotonic() < deadline:
+            # A few tries, within the wait: a sink that is down should not hold the stop for long.
+            tries = CLOSE_TRIES
+            while channel.queue and time.monotonic() < deadline and tries > 0:
                 try:
                     async with asyncio.timeout(max(0.1, deadline - time.monotonic())):
                         if not await channel.flush_once():
+                            tries -= 1
                             await asyncio.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
                 except TimeoutError:
                     break

@@ -21,21 +21,35 @@ lint: install
 compose-check:
 	scripts/check-compose
 
-# The integration modules that also run on Elasticsearch (8.17.0 and 9.5.3, scripts/elasticsearch-local): protocols,
-# the permission oracles, ingest and lifecycle, vector and hybrid, the core-API writes, reindex under writes,
-# hostile bodies, costly requests (compressed bodies, metadata patterns), the workbench, the principal store and
-# ingest --sync.
+# The integration modules that also run on Elasticsearch (8.17.0 and 9.5.3, scripts/elasticsearch-local): what
+# differs by engine — the dialect (walking skeleton, kNN in vector, hybrid and the vector permission oracle), the
+# core-API and by-query write paths (core writes, ingest lifecycle, ingest --sync, reindex under writes, the
+# principal store's conditional writes, the access record's bulk creates), analyzers (SparkTide answers), error
+# shapes (SparkTide refusals), mapping-driven metadata filters (Dify), the cost and cancellation of pattern
+# searches, and one permission oracle through all three protocols. The protocol logic above the engine (AgentArts,
+# the workbench, hostile bodies, the 2,000-identity oracle) runs once, on OpenSearch.
 ES_SUITES := $(addprefix tests/integration/test_,walking_skeleton.py core_writes.py sparktide_answers.py \
-	sparktide_refusals.py agentarts.py dify.py three_protocols_oracle.py reliability_isolation.py \
-	ingest_lifecycle.py vector_retrieval.py vector_operations.py reliability_vector.py reliability_reindex.py \
-	reliability_hostile.py reliability_hostile_costs.py workbench.py principal_store.py access_record.py ingest_sync.py)
+	sparktide_refusals.py dify.py three_protocols_oracle.py ingest_lifecycle.py ingest_sync.py vector_retrieval.py \
+	vector_operations.py reliability_vector.py reliability_reindex.py reliability_hostile_costs.py \
+	principal_store.py access_record.py)
+
+# pytest-xdist: tests spread over processes, all against the one node a run starts (tests/conftest.py), each test
+# with its own indices; a module with module-wide fixtures stays in one process (its xdist_group mark).
+XDIST ?= -n 4 --dist loadgroup
+ES_XDIST ?= -n 2 --dist loadgroup
 
 # Unit and integration tests; each run starts its real engine node itself (tests/conftest.py): everything on
-# OpenSearch, then ES_SUITES on Elasticsearch 8 and on Elasticsearch 9.
+# OpenSearch, then ES_SUITES on Elasticsearch 8 (port 9201) and Elasticsearch 9 (port 9202) side by side (their
+# output follows when both are done).
 test: install lint compose-check
-	$(BIN)/pytest
-	ES_PROVIDER_ENGINE=elasticsearch $(BIN)/pytest -p no:cacheprovider $(ES_SUITES)
-	ES_PROVIDER_ENGINE=elasticsearch9 $(BIN)/pytest -p no:cacheprovider $(ES_SUITES)
+	$(BIN)/pytest $(XDIST)
+	@ES_PROVIDER_ENGINE=elasticsearch $(BIN)/pytest -p no:cacheprovider $(ES_XDIST) $(ES_SUITES) >.test-es8.log 2>&1 & \
+	es8_pid=$$!; \
+	ES_PROVIDER_ENGINE=elasticsearch9 ES_PROVIDER_TEST_ES_PORT=9202 $(BIN)/pytest -p no:cacheprovider $(ES_XDIST) \
+		$(ES_SUITES) >.test-es9.log 2>&1 & \
+	es9_pid=$$!; wait $$es8_pid; es8=$$?; wait $$es9_pid; es9=$$?; \
+	echo "--- Elasticsearch 8 ---"; cat .test-es8.log; echo "--- Elasticsearch 9 ---"; cat .test-es9.log; \
+	rm -f .test-es8.log .test-es9.log; exit $$(( es8 || es9 ))
 
 # The pure, table-driven tests alone: no engine, a few seconds.
 unit: install

@@ -50,45 +50,83 @@ class OpenSearchNode:
 ENGINE = os.environ.get("ES_PROVIDER_ENGINE", "opensearch")
 ES_LOCAL = ROOT / "scripts" / "elasticsearch-local"
 ES_TEST_PORT = os.environ.get("ES_PROVIDER_TEST_ES_PORT", "9201")
+URL_VARIABLE = "ELASTICSEARCH_URL" if ENGINE.startswith("elasticsearch") else "OPENSEARCH_URL"
+HOW_VARIABLE = "ES_PROVIDER_TEST_NODE_HOW"  # how this run's controlling process found the node (for its report)
+FAILED_VARIABLE = "ES_PROVIDER_TEST_NODE_FAILED"  # why it could not (every integration test then fails with it)
 
 
-def _elasticsearch() -> tuple[str, str, Any]:
-    if os.environ.get("ELASTICSEARCH_URL"):
-        return os.environ["ELASTICSEARCH_URL"].rstrip("/"), "ELASTICSEARCH_URL", None
+def _start_elasticsearch() -> tuple[str, str, Any]:
     version = "9" if ENGINE == "elasticsearch9" else "8"
     env = {**os.environ, "ELASTICSEARCH_PORT": ES_TEST_PORT}
     already = subprocess.run([str(ES_LOCAL), "status"], env=env, capture_output=True).returncode == 0
     started = subprocess.run([str(ES_LOCAL), "start", "--version", version], env=env, capture_output=True, text=True)
     if started.returncode != 0:
-        pytest.fail(f"scripts/elasticsearch-local start failed:\n{started.stderr[-4000:]}", pytrace=False)
+        raise RuntimeError(f"scripts/elasticsearch-local start failed:\n{started.stderr[-4000:]}")
     stop = None
     if not already and not os.environ.get("ES_PROVIDER_KEEP_OPENSEARCH"):
         stop = lambda: subprocess.run([str(ES_LOCAL), "stop"], env=env, capture_output=True)  # noqa: E731
     return started.stdout.strip().splitlines()[-1], "scripts/elasticsearch-local", stop
 
 
-@pytest.fixture(scope="session")
-def opensearch(request: pytest.FixtureRequest) -> Iterator[OpenSearchNode]:
-    stop: Any = None
-    if ENGINE.startswith("elasticsearch"):
-        url, how, stop = _elasticsearch()
-    elif os.environ.get("OPENSEARCH_URL"):
-        url, how = os.environ["OPENSEARCH_URL"].rstrip("/"), "OPENSEARCH_URL"
-    elif _docker_engine_answers():
+def _start_opensearch() -> tuple[str, str, Any]:
+    if _docker_engine_answers():
         from testcontainers.opensearch import OpenSearchContainer
 
         container = OpenSearchContainer(OPENSEARCH_IMAGE, security_enabled=False).start()
         url = f"http://{container.get_container_host_ip()}:{container.get_exposed_port(9200)}"
-        how, stop = "testcontainers", container.stop
-    else:
-        env = {**os.environ, "OPENSEARCH_PORT": TEST_PORT}
-        already = subprocess.run([str(LOCAL), "status"], env=env, capture_output=True).returncode == 0
-        started = subprocess.run([str(LOCAL), "start"], env=env, capture_output=True, text=True)
-        if started.returncode != 0:
-            pytest.fail(f"scripts/opensearch-local start failed:\n{started.stderr[-4000:]}", pytrace=False)
-        url, how = started.stdout.strip().splitlines()[-1], "scripts/opensearch-local"
-        if not already and not os.environ.get("ES_PROVIDER_KEEP_OPENSEARCH"):
-            stop = lambda: subprocess.run([str(LOCAL), "stop"], env=env, capture_output=True)  # noqa: E731
+        return url, "testcontainers", container.stop
+    env = {**os.environ, "OPENSEARCH_PORT": TEST_PORT}
+    already = subprocess.run([str(LOCAL), "status"], env=env, capture_output=True).returncode == 0
+    started = subprocess.run([str(LOCAL), "start"], env=env, capture_output=True, text=True)
+    if started.returncode != 0:
+        raise RuntimeError(f"scripts/opensearch-local start failed:\n{started.stderr[-4000:]}")
+    stop = None
+    if not already and not os.environ.get("ES_PROVIDER_KEEP_OPENSEARCH"):
+        stop = lambda: subprocess.run([str(LOCAL), "stop"], env=env, capture_output=True)  # noqa: E731
+    return started.stdout.strip().splitlines()[-1], "scripts/opensearch-local", stop
+
+
+STOP_KEY = pytest.StashKey[Any]()
+
+
+def _only_unit_tests(config: pytest.Config) -> bool:
+    unit = ROOT / "tests" / "unit"
+    return bool(config.args) and all(Path(str(arg).split("::")[0]).resolve().is_relative_to(unit)
+                                     for arg in config.args)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The engine node is found or started ONCE per run, by the controlling process: before pytest-xdist starts its
+    workers, which find it through the environment (OPENSEARCH_URL / ELASTICSEARCH_URL); this process stops it at
+    the end if it started it. A unit-only run starts nothing. A node that cannot be had is not an error here: every
+    integration test then fails, naming why."""
+    if hasattr(config, "workerinput") or _only_unit_tests(config) or os.environ.get(URL_VARIABLE):
+        return
+    try:
+        url, how, stop = _start_elasticsearch() if ENGINE.startswith("elasticsearch") else _start_opensearch()
+    except RuntimeError as exc:
+        os.environ[FAILED_VARIABLE] = str(exc)
+        return
+    os.environ[URL_VARIABLE] = url.rstrip("/")
+    os.environ[HOW_VARIABLE] = how
+    config.stash[STOP_KEY] = stop
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    stop = config.stash.get(STOP_KEY, None)
+    if stop is not None:
+        stop()
+
+
+@pytest.fixture(scope="session")
+def opensearch(request: pytest.FixtureRequest) -> Iterator[OpenSearchNode]:
+    if os.environ.get(FAILED_VARIABLE):
+        pytest.fail(os.environ[FAILED_VARIABLE], pytrace=False)
+    url = os.environ.get(URL_VARIABLE, "").rstrip("/")
+    how = os.environ.get(HOW_VARIABLE, URL_VARIABLE)
+    if not url:  # a unit-only run that collected an integration test after all
+        pytest.fail(f"no engine node: set {URL_VARIABLE}, or run the integration tests so one is started",
+                    pytrace=False)
     try:
         info = _get(url)
         plugins = [line.split()[1] for line in urllib.request.urlopen(f"{url}/_cat/plugins").read().decode().splitlines()]
@@ -101,8 +139,6 @@ def opensearch(request: pytest.FixtureRequest) -> Iterator[OpenSearchNode]:
         reporter.write_line(f"{node.name} {node.version} at {url} via {how}; plugins: {', '.join(plugins) or 'none'}")
     request.config.stash[NODE_KEY] = node
     yield node
-    if stop is not None:
-        stop()
 
 
 NODE_KEY = pytest.StashKey[OpenSearchNode]()
@@ -112,6 +148,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     node = config.stash.get(NODE_KEY, None)
     if node is not None:
         terminalreporter.write_line(f"integration tests ran against {node.name} {node.version} ({node.how}, {node.url})")
+    elif STOP_KEY in config.stash or os.environ.get(HOW_VARIABLE):  # the controller of a pytest-xdist run
+        terminalreporter.write_line(f"integration tests ran against the node at {os.environ.get(URL_VARIABLE)} "
+                                    f"({os.environ.get(HOW_VARIABLE, URL_VARIABLE)})")
 
 
 @pytest.fixture

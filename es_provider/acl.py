@@ -147,6 +147,15 @@ def visible(source: Mapping[str, Any], identity: Identity, filters: Iterable[Fil
     return all(_RULES[f][1](source, identity) for f in ordered(filters))
 
 
+Check = Callable[[Mapping[str, Any]], bool]
+
+
+def rechecker(identity: Identity, filters: Iterable[Filter]) -> Check:
+    """`visible` for one identity and set of filters, resolved once per request instead of once per hit."""
+    rules = [_RULES[f][1] for f in ordered(filters)]
+    return lambda source: all(rule(source, identity) for rule in rules)
+
+
 def refusing(source: Mapping[str, Any], identity: Identity, filters: Iterable[Filter]) -> tuple[Filter, ...]:
     """The filters whose rule keeps this `_source` from `identity` (empty: `visible`) — the same predicates, so
     an explanation (explain.py) can never disagree with the re-check."""

@@ -124,8 +124,7 @@ def error_middleware(protocols: tuple[Protocol, ...], metrics: Metrics, query_ke
         if entry is not None and recorder is not None and protocol is not None:
             response = kept(entry, response, recorder=recorder, protocol=protocol, metrics=metrics,
                             started=started)
-        metrics.requests.labels(route, str(response.status), response.get(ERROR_CODE, "")).inc()
-        metrics.latency.labels(route).observe(time.monotonic() - started)
+        metrics.answered(route, response.status, response.get(ERROR_CODE, ""), time.monotonic() - started)
         return response
 
     return middleware

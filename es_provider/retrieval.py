@@ -108,9 +108,10 @@ async def run_search(
     dropped = 0
     seen: set[tuple[str, str]] = set()  # (knowledge base, document) already answered, for one_chunk_per_document
     terms = 1 if mode == "vector" else query_terms(retrieval.query)  # only a BM25 leg is divided by it
+    allowed = acl.rechecker(retrieval.identity, plan.applied_filters)
     for hit, score in scored_hits(mode, responses, scoring, terms=terms):
         source = hit.get("_source") or {}
-        if not acl.visible(source, retrieval.identity, plan.applied_filters):
+        if not allowed(source):
             dropped += 1
             security_log.warning(
                 "dropped hit that failed the permission re-check",

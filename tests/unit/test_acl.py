@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from es_provider.acl import Filter, Identity, permission_clauses, visible
+from es_provider.acl import Filter, Identity, permission_clauses, rechecker, visible
 
 ALICE_A = Identity.of("app-1", "team-a", "u-alice", frozenset({"eng"}))
 NO_TENANT = Identity.of("app-1", None, "u-alice")
@@ -51,6 +51,7 @@ def chunk(tenant: object = "team-a", subjects: object = (), groups: object = (),
 )
 def test_visible(name: str, source: dict, identity: Identity, filters: tuple, expected: bool) -> None:
     assert visible(source, identity, filters) is expected, name
+    assert rechecker(identity, filters)(source) is expected, name  # the per-request form the retrieval flow uses
 
 
 def test_clauses_are_tagged_and_ordered() -> None:

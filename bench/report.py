@@ -419,6 +419,28 @@ def _access(found: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _stages(found: dict[str, Any]) -> list[str]:
+    stages, total, floor = found["stages_us"], found["service_cpu_us"], found["aiohttp_forwarder_floor_us"]
+    lines = ["## 13. Where one answer's CPU goes, stage by stage", "",
+             "One SparkTide answer (SciFact, TENANT+SUBJECT filters, topK 10, the access record on), each stage of "
+             "the handler run many times in-process on a real request and a real engine answer (bench/stages.py), "
+             "CPU per call; beside it the service's CPU per request under load and the floors of section 8 (same "
+             "run).", "", "| stage | CPU per request (µs) | share of the service's CPU |", "|---|---|---|"]
+    for name, value in stages.items():
+        lines.append(f"| {name} | {value:.0f} | " + (f"{value / total * 100:.0f} %" if total else "") + " |")
+    if total:
+        lines.append(f"| the rest: aiohttp's server (socket, HTTP parsing, middleware), the event loop, the access "
+                     f"record's batch writes | {found['rest_us']:.0f} | {found['rest_us'] / total * 100:.0f} % |")
+        lines.append(f"| **the service, c=32 (section 8)** | **{total:.0f}** | 100 % |")
+    if floor:
+        lines.append(f"| the aiohttp forwarder floor (one engine search, nothing else) | {floor:.0f} | |")
+        lines += ["", f"- Target: service CPU ≤ 2 × the aiohttp forwarder floor: {total / floor:.2f} ×, "
+                      f"{_verdict(total <= 2 * floor)}."]
+    lines += ["", *found.get("reading", [])]
+    lines += [f"- {k}: {v}" for k, v in found["settings"].items()]
+    return [*lines, ""]
+
+
 def render(results: Path, docs: Path) -> Path:
     quality, latency, ingest, acl = (_load(results, n) for n in ("quality", "latency", "ingest", "acl"))
     semantic = _load(results, "semantic")
@@ -510,7 +532,7 @@ def render(results: Path, docs: Path) -> Path:
     if relevance:
         lines += _relevance(relevance, docs / "img")
     for name, section in (("hotpath", _hotpath), ("workers", _workers), ("scale", _scale), ("engines", _engines),
-                          ("identities", _identities), ("access", _access)):
+                          ("identities", _identities), ("access", _access), ("stages", _stages)):
         found = _load(results, name)
         if found:
             found.pop("machine", None)

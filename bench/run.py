@@ -271,7 +271,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=scifact.DEFAULT_DATA, help="SciFact in the BEIR layout")
     parser.add_argument("--sections", default="ingest,quality,latency,acl,semantic,relevance,hotpath,workers,scale,engines,"
-                        "identities,access")
+                        "identities,access,stages")
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds per measurement")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
@@ -384,6 +384,17 @@ def main() -> None:
 
         results["access"] = access.run(work, url, MAIN, list(queries.values()), max(4, args.rounds + 2))
         write_result("access", {"machine": info, **results["access"]})
+
+    if "stages" in sections:
+        print("13/13 where one answer's CPU goes, stage by stage", flush=True)
+        from bench import stages
+
+        workers = results.get("workers", {})
+        results["stages"] = stages.run(
+            url, MAIN, list(queries.values()),
+            service_cpu_ms=workers.get("workers 1 c32", {}).get("service_cpu_ms_per_request"),
+            floor_cpu_ms=workers.get("floor: aiohttp forwarder c32", {}).get("service_cpu_ms_per_request"))
+        write_result("stages", {"machine": info, **results["stages"]})
 
     results["total_seconds"] = round(time.monotonic() - started)
     from bench.report import render

@@ -33,10 +33,10 @@ ES_SUITES := $(addprefix tests/integration/test_,walking_skeleton.py core_writes
 	vector_operations.py reliability_vector.py reliability_reindex.py reliability_hostile_costs.py \
 	principal_store.py access_record.py)
 
-# pytest-xdist: tests spread over processes, all against the one node a run starts (tests/conftest.py), each test
-# with its own indices; a module with module-wide fixtures stays in one process (its xdist_group mark).
-XDIST ?= -n 4 --dist loadgroup
-ES_XDIST ?= -n 2 --dist loadgroup
+# pytest-xdist: test modules spread over processes (a module stays in one process: some have module-wide fixtures
+# or bind fixed ports), all against the one node a run starts (tests/conftest.py), each test with its own indices.
+XDIST ?= -n 4 --dist loadfile
+ES_XDIST ?= -n 2 --dist loadfile
 
 # Unit and integration tests; each run starts its real engine node itself (tests/conftest.py): everything on
 # OpenSearch, then ES_SUITES on Elasticsearch 8 (port 9201) and Elasticsearch 9 (port 9202) side by side (their

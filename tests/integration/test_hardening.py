@@ -387,9 +387,10 @@ async def test_a_search_stops_on_the_engine_when_its_budget_ends(engine, kb) -> 
     slow = {"size": 5, "query": {"script_score": {"query": {"match_all": {}}, "script": {
         "source": "double s = 0; for (int i = 0; i < 400000; i++) { s += Math.sqrt(i); } return s;"}}}}
 
-    async def running() -> list[dict[str, Any]]:
+    async def running() -> list[dict[str, Any]]:  # this test's searches only (other tests may search meanwhile)
         tasks = await engine._client.tasks.list(actions="*search*", detailed=True)
-        return [task for node in tasks["nodes"].values() for task in node["tasks"].values()]
+        return [task for node in tasks["nodes"].values() for task in node["tasks"].values()
+                if kb.alias in str(task.get("description", ""))]
 
     started = time.monotonic()
     with pytest.raises(KnowledgeError):

@@ -21,9 +21,6 @@ from helpers.setup import API_KEY, CALLBACK_SECRET, HEAVY, TEST_ENV
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-# Its fixtures are module-wide (or it binds fixed ports): under pytest-xdist the module runs in one process.
-pytestmark = pytest.mark.xdist_group("reliability_hostile")
-
 # Full size: 25,000 per endpoint, so the four fuzzed endpoints and the list queries get over 100,000 requests.
 EXAMPLES = int(os.environ.get("ES_PROVIDER_FUZZ_EXAMPLES") or (25_000 if HEAVY else 80))
 

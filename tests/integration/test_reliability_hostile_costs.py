@@ -18,9 +18,6 @@ from helpers.setup import API_KEY, HEAVY, TEST_ENV, load_records
 
 from es_provider.metadata import MAX_PATTERN_BYTES, MAX_PATTERN_CONDITIONS, MAX_WILDCARD_CONDITIONS
 
-# Its fixtures are module-wide (or it binds fixed ports): under pytest-xdist the module runs in one process.
-pytestmark = pytest.mark.xdist_group("reliability_hostile_costs")
-
 PHASE_SECONDS = 20 if HEAVY else 6
 RATE = 20  # the calm key's requests per second
 SENDERS = 4

@@ -27,9 +27,6 @@ from es_provider.engine import Engine
 from es_provider.scim_storage import DirectoryStorage
 from es_provider.service import SERVICES
 
-# Its fixtures are module-wide (or it binds fixed ports): under pytest-xdist the module runs in one process.
-pytestmark = pytest.mark.xdist_group("scim")
-
 TOKEN = "scim-token-0123456789abcdef"
 WORKBENCH_KEY = "workbench-key-0123456789"
 SCIM_TYPE = "application/scim+json"

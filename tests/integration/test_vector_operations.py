@@ -24,9 +24,6 @@ from es_provider.engine import Engine
 from es_provider.errors import StartupError
 from es_provider.query import VECTOR_FIELD
 
-# Its fixtures are module-wide (or it binds fixed ports): under pytest-xdist the module runs in one process.
-pytestmark = pytest.mark.xdist_group("vector_operations")
-
 FILES = Path(__file__).resolve().parent.parent / "fixtures" / "files"
 
 

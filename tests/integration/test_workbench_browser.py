@@ -21,9 +21,6 @@ from helpers import oracle
 from helpers.setup import PRINCIPALS, SAMPLE_CORPUS
 from playwright.async_api import Browser, Page, async_playwright
 
-# Its fixtures are module-wide (or it binds fixed ports): under pytest-xdist the module runs in one process.
-pytestmark = pytest.mark.xdist_group("workbench_browser")
-
 ROOT = Path(__file__).resolve().parent.parent.parent
 DEMO_KEY = "demo-workbench-key"
 BASE = "http://127.0.0.1:8080"

@@ -42,7 +42,8 @@ ES_XDIST ?= -n 2 --dist loadfile
 # OpenSearch, then ES_SUITES on Elasticsearch 8 (port 9201) and Elasticsearch 9 (port 9202) side by side (their
 # output follows when both are done).
 test: install lint compose-check
-	$(BIN)/pytest $(XDIST)
+	$(BIN)/pytest $(XDIST) -m "not timing"
+	$(BIN)/pytest -p no:cacheprovider -m timing
 	@ES_PROVIDER_ENGINE=elasticsearch $(BIN)/pytest -p no:cacheprovider $(ES_XDIST) $(ES_SUITES) >.test-es8.log 2>&1 & \
 	es8_pid=$$!; \
 	ES_PROVIDER_ENGINE=elasticsearch9 ES_PROVIDER_TEST_ES_PORT=9202 $(BIN)/pytest -p no:cacheprovider $(ES_XDIST) \

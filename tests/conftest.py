@@ -254,7 +254,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     Path(target).write_text("\n".join(lines), encoding="utf-8")
 
 
+# Tests whose assertions are about time (linearity, cancellation within seconds, starvation, deadlines, soak
+# ceilings): `make test` runs them alone, after the parallel run (-m timing), so other tests' load cannot fail them.
+TIMING = (
+    "tests/unit/test_readers.py::test_reading_is_linear_in_paragraphs",
+    "tests/integration/test_hardening.py::test_a_search_stops_on_the_engine_when_its_budget_ends",
+    "tests/integration/test_reliability_hostile_costs.py::",
+    "tests/integration/test_reliability_hostile_clients.py::",
+    "tests/integration/test_reliability_load.py::",
+    "tests/integration/test_reliability_faults.py::",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(TIMING):
+            item.add_marker(pytest.mark.timing)
     """scim2-server's storage contract (test_scim.py) also tests cursor paging, which the SCIM service does not offer
     (its configuration announces none): those tests are deselected rather than left to skip, so a skipped test
     always means one that should have run."""

@@ -185,8 +185,23 @@ def run(url: str, kb: dict[str, Any], queries: list[str], *, service_cpu_ms: flo
     stages = asyncio.run(measure(url, kb, queries[0]))
     total_us = service_cpu_ms * 1000 if service_cpu_ms else None
     accounted = sum(stages.values())
+    reading = []
+    if total_us and floor_cpu_ms:
+        floor_us = floor_cpu_ms * 1000
+        own = accounted - stages["engine call"]
+        reading = [
+            f"- Reading: the floor pays {floor_us:.0f} µs for aiohttp's server and one engine call; the service pays "
+            f"{total_us - floor_us:.0f} µs more. Of that, the stages other than the engine call account for "
+            f"{own:.0f} µs (largest: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(
+                ((k, v) for k, v in stages.items() if k != "engine call"), key=lambda kv: -kv[1])[:3]) + " µs); "
+            f"the engine call's own CPU ({stages['engine call']:.0f} µs, parsing the engine's answer and the "
+            "client's wrapper included) is what the floor spends on its forward plus the parse it skips; the rest "
+            f"({total_us - accounted:.0f} µs) is aiohttp, the middleware, admission, the idempotency window and the "
+            "event loop, which the stages do not isolate.",
+        ]
     return {
         "stages_us": stages,
+        "reading": reading,
         "accounted_us": round(accounted, 1),
         "service_cpu_us": total_us,
         "rest_us": round(total_us - accounted, 1) if total_us else None,

@@ -315,18 +315,28 @@ def _engines(found: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+_MEDIAN_OF = {"p50_ms": "median_round_p50_ms", "rps": "median_round_rps",
+              "service_cpu_ms_per_request": "median_round_cpu_ms_per_request"}
+
+
+def _cells(modes: dict[str, Any], label: str, key: str, digits: int) -> str:
+    """A mode's median over interleaved rounds, every round's figure in brackets."""
+    row = modes[label]
+    return f"{row[_MEDIAN_OF[key]]:.{digits}f} ({', '.join(f'{r[key]:.{digits}f}' for r in row['rounds'])})"
+
+
+def _ratios(median: float, rounds: list[float]) -> str:
+    return f"{median:.2f} ({', '.join(f'{x:.2f}' for x in rounds)})"
+
+
 def _identities(found: dict[str, Any]) -> list[str]:
     modes, ratio, miss = found["modes"], found["store_over_file"], found["cache_miss"]
     paired, changed = ratio["per_round"], found["after_counter_move"]
-    median_of = {"p50_ms": "median_round_p50_ms", "rps": "median_round_rps",
-                 "service_cpu_ms_per_request": "median_round_cpu_ms_per_request"}
 
     def cells(label: str, key: str, digits: int) -> str:
-        row = modes[label]
-        return f"{row[median_of[key]]:.{digits}f} ({', '.join(f'{r[key]:.{digits}f}' for r in row['rounds'])})"
+        return _cells(modes, label, key, digits)
 
-    def ratios(median: float, rounds: list[float]) -> str:
-        return f"{median:.2f} ({', '.join(f'{x:.2f}' for x in rounds)})"
+    ratios = _ratios
 
     lines = ["## 11. What the principal store costs per request (groups from the file vs from the store)", "",
              "The SparkTide route on sections 2 and 8's knowledge base, served by two processes side by side that "
@@ -381,15 +391,11 @@ def _identities(found: dict[str, Any]) -> list[str]:
 def _access(found: dict[str, Any]) -> list[str]:
     modes, ratio = found["modes"], found["on_over_off"]
     paired = ratio["per_round"]
-    median_of = {"p50_ms": "median_round_p50_ms", "rps": "median_round_rps",
-                 "service_cpu_ms_per_request": "median_round_cpu_ms_per_request"}
 
     def cells(label: str, key: str, digits: int) -> str:
-        row = modes[label]
-        return f"{row[median_of[key]]:.{digits}f} ({', '.join(f'{r[key]:.{digits}f}' for r in row['rounds'])})"
+        return _cells(modes, label, key, digits)
 
-    def ratios(median: float, rounds: list[float]) -> str:
-        return f"{median:.2f} ({', '.join(f'{x:.2f}' for x in rounds)})"
+    ratios = _ratios
 
     cpu = ratio["c32_cpu_ms_per_request"]
     lines = ["## 12. What the access record costs (off vs on), and how many records one node absorbs", "",

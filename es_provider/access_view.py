@@ -19,7 +19,7 @@ from es_provider.errors import protocol_error
 from es_provider.protocols import kit
 from es_provider.service import SERVICES
 from es_provider.strictjson import StrictModel
-from es_provider.workbench import HEADERS, Door, door_login, door_logout, error_response, guarded, static
+from es_provider.workbench import HEADERS, Door, door_login, door_logout, error_response, guarded, page_route, static
 
 log = logging.getLogger("es_provider.access_view")
 
@@ -61,12 +61,6 @@ async def served(request: web.Request) -> web.Response:
     return web.json_response({"records": found}, headers=HEADERS)
 
 
-def _route(method: str, path: str, handler: kit.Handler, summary: str, *, api: bool = False,
-           model: type[StrictModel] | None = None) -> kit.Route:
-    return kit.Route(method, path, handler, summary=summary, request_model=model, in_openapi=api,
-                     answer={"type": "object"}, recorded=api)
-
-
 # Added by create_app only with the access record on and `[access_log] view_key_ref` (app[VIEW_KEY] set).
 PROTOCOL = kit.Protocol(
     name="access-view",
@@ -74,12 +68,12 @@ PROTOCOL = kit.Protocol(
     render_error=error_response,
     error_schema={"type": "object", "required": ["error"]},
     routes=(
-        _route("GET", "/workbench/access", guarded(page, page=True, door=DOOR),
+        page_route("GET", "/workbench/access", guarded(page, page=True, door=DOOR),
                "the access view page (login form without a session)"),
-        _route("POST", "/workbench/access/login", door_login(DOOR), "log in with the access view key"),
-        _route("POST", "/workbench/access/logout", door_logout(DOOR), "end the session"),
-        _route("GET", "/workbench/access/access.js", guarded(script, door=DOOR), "the page's script"),
-        _route("POST", "/workbench/access/api/served", guarded(served, door=DOOR),
+        page_route("POST", "/workbench/access/login", door_login(DOOR), "log in with the access view key"),
+        page_route("POST", "/workbench/access/logout", door_logout(DOOR), "end the session"),
+        page_route("GET", "/workbench/access/access.js", guarded(script, door=DOOR), "the page's script"),
+        page_route("POST", "/workbench/access/api/served", guarded(served, door=DOOR),
                "access view: the records that served a document, newest first", api=True, model=Lookup),
     ),
 )

@@ -517,7 +517,7 @@ async def why(request: web.Request) -> web.Response:
     }, headers=HEADERS)
 
 
-def _route(method: str, path: str, handler: Handler, summary: str, *, model: type[StrictModel] | None = None,
+def page_route(method: str, path: str, handler: Handler, summary: str, *, model: type[StrictModel] | None = None,
            api: bool = False) -> kit.Route:
     # The JSON API is in /openapi.json and in the access record; the page, its script and the form login are HTML
     # (docs/workbench.md) and logged only.
@@ -534,15 +534,15 @@ PROTOCOL = kit.Protocol(
         "type": "object", "required": ["code", "message"],
         "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},
     routes=(
-        _route("GET", "/workbench", guarded(page, page=True), "the workbench page (login form without a session)"),
-        _route("POST", "/workbench/login", door_login(WORKBENCH), "log in with the workbench key (form field key)"),
-        _route("POST", "/workbench/logout", door_logout(WORKBENCH), "end the session"),
-        _route("GET", "/workbench/workbench.js", guarded(script), "the page's script"),
-        _route("GET", "/workbench/api/setup", guarded(setup), "workbench: knowledge bases and known subjects",
+        page_route("GET", "/workbench", guarded(page, page=True), "the workbench page (login form without a session)"),
+        page_route("POST", "/workbench/login", door_login(WORKBENCH), "log in with the workbench key (form field key)"),
+        page_route("POST", "/workbench/logout", door_logout(WORKBENCH), "end the session"),
+        page_route("GET", "/workbench/workbench.js", guarded(script), "the page's script"),
+        page_route("GET", "/workbench/api/setup", guarded(setup), "workbench: knowledge bases and known subjects",
                api=True),
-        _route("POST", "/workbench/api/search", guarded(search),
+        page_route("POST", "/workbench/api/search", guarded(search),
                "workbench: each protocol's answer for one impersonated identity", model=Ask, api=True),
-        _route("POST", "/workbench/api/explain", guarded(why),
+        page_route("POST", "/workbench/api/explain", guarded(why),
                "workbench: why each chunk of a document is (not) answered", model=Why, api=True),
     ),
 )

@@ -21,33 +21,22 @@ lint: install
 compose-check:
 	scripts/check-compose
 
-# The integration modules that also run on Elasticsearch (8.17.0 and 9.5.3, scripts/elasticsearch-local): what
-# differs by engine — the dialect (walking skeleton, kNN in vector, hybrid and the vector permission oracle), the
-# core-API and by-query write paths (core writes, ingest lifecycle, ingest --sync, reindex under writes, the
-# principal store's conditional writes, the access record's bulk creates), analyzers (SparkTide answers), error
-# shapes (SparkTide refusals), mapping-driven metadata filters (Dify), the cost and cancellation of pattern
-# searches, and one permission oracle through all three protocols. The protocol logic above the engine (AgentArts,
-# the workbench, hostile bodies, the 2,000-identity oracle) runs once, on OpenSearch.
-ES_SUITES := $(addprefix tests/integration/test_,walking_skeleton.py core_writes.py sparktide_answers.py \
-	sparktide_refusals.py dify.py three_protocols_oracle.py ingest_lifecycle.py ingest_sync.py vector_retrieval.py \
-	vector_operations.py reliability_vector.py reliability_reindex.py reliability_hostile_costs.py \
-	principal_store.py access_record.py)
-
 # pytest-xdist: test modules spread over processes (a module stays in one process: some have module-wide fixtures
 # or bind fixed ports), all against the one node a run starts (tests/conftest.py), each test with its own indices.
 XDIST ?= -n 4 --dist loadfile
 ES_XDIST ?= -n 2 --dist loadfile
 
 # Unit and integration tests; each run starts its real engine node itself (tests/conftest.py): everything on
-# OpenSearch, then ES_SUITES on Elasticsearch 8 (port 9201) and Elasticsearch 9 (port 9202) side by side (their
-# output follows when both are done).
+# OpenSearch, then what differs by engine (-m engines: tests/conftest.py's ENGINES says what and why) on
+# Elasticsearch 8 (port 9201) and Elasticsearch 9 (port 9202) side by side (their output follows when both are done).
 test: install lint compose-check
 	$(BIN)/pytest $(XDIST) -m "not timing"
 	$(BIN)/pytest -p no:cacheprovider -m timing
-	@ES_PROVIDER_ENGINE=elasticsearch $(BIN)/pytest -p no:cacheprovider $(ES_XDIST) $(ES_SUITES) >.test-es8.log 2>&1 & \
+	@ES_PROVIDER_ENGINE=elasticsearch $(BIN)/pytest -p no:cacheprovider $(ES_XDIST) -m engines tests/integration \
+		>.test-es8.log 2>&1 & \
 	es8_pid=$$!; \
 	ES_PROVIDER_ENGINE=elasticsearch9 ES_PROVIDER_TEST_ES_PORT=9202 $(BIN)/pytest -p no:cacheprovider $(ES_XDIST) \
-		$(ES_SUITES) >.test-es9.log 2>&1 & \
+		-m engines tests/integration >.test-es9.log 2>&1 & \
 	es9_pid=$$!; wait $$es8_pid; es8=$$?; wait $$es9_pid; es9=$$?; \
 	echo "--- Elasticsearch 8 ---"; cat .test-es8.log; echo "--- Elasticsearch 9 ---"; cat .test-es9.log; \
 	rm -f .test-es8.log .test-es9.log; exit $$(( es8 || es9 ))
@@ -74,7 +63,8 @@ bench: $(VENV)/.bench-installed
 # The reliability modules at full size (bigger corpus, more identities and fuzz cases, 60 s soak); writes
 # docs/reliability.md. `make test` runs the same modules at CI size.
 reliability: install
-	ES_PROVIDER_HEAVY=1 ES_PROVIDER_RELIABILITY_REPORT=docs/reliability.md $(BIN)/pytest tests/integration/test_reliability_*.py
+	ES_PROVIDER_HEAVY=1 ES_PROVIDER_RELIABILITY_REPORT=docs/reliability.md $(BIN)/pytest tests/integration/test_reliability_*.py \
+		tests/integration/test_live_identities.py
 
 opensearch-start:
 	scripts/opensearch-local start

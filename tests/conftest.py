@@ -266,13 +266,69 @@ TIMING = (
 )
 
 
+# What differs by engine, run again on Elasticsearch 8 and 9 (-m engines): the dialect (the walking skeleton, kNN
+# in vector and hybrid, the permission oracles), the core-API and by-query write paths (core writes, ingest,
+# --sync's removal, reindex, the principal store's conditional writes, the access record's bulk creates and its
+# searches), analyzers and scores (SparkTide answers, Dify's threshold), mappings (metadata filters, indices made
+# before a field existed, an index that cannot enforce a filter) and the cost of pattern searches. What runs above
+# the engine (refusals, credentials, deadlines through a proxy, readers, the CLI's arguments, AgentArts, the
+# workbench, SCIM) runs once, on OpenSearch. A module path ending in "::" takes the whole module.
+ENGINES = (
+    "tests/integration/test_walking_skeleton.py::",
+    "tests/integration/test_core_writes.py::",
+    "tests/integration/test_three_protocols_oracle.py::",
+    "tests/integration/test_vector_retrieval.py::",
+    "tests/integration/test_vector_operations.py::",
+    "tests/integration/test_reliability_vector.py::",
+    "tests/integration/test_reliability_reindex.py::",
+    "tests/integration/test_principal_store.py::",
+    *(f"tests/integration/test_sparktide_answers.py::{name}" for name in (
+        "test_each_identity_gets_exactly_the_oracle_set", "test_trusted_context_and_query_text_never_change_filters",
+        "test_recheck_drops_mismatches_before_cutting_to_top_k", "test_applied_filters_follow_the_built_query",
+        "test_index_that_cannot_enforce_a_filter_is_refused", "test_no_match_is_an_empty_list",
+        "test_longest_cjk_query_is_answered", "test_legacy_definition_answers_documents",
+        "test_missing_index_is_503_not_an_empty_answer", "test_a_passage_with_markup_residue_is_returned_cleaned_at_rank_one")),
+    *(f"tests/integration/test_dify.py::{name}" for name in (
+        "test_record_shape", "test_top_k", "test_score_threshold_is_applied_and_monotonic", "test_operator",
+        "test_logical_operators", "test_in_nothing_matches_nothing", "test_not_in_nothing_excludes_nothing",
+        "test_acting_subject_equals_agentarts_subject_narrowing")),
+    *(f"tests/integration/test_ingest_lifecycle.py::{name}" for name in (
+        "test_reingest_replaces_all_old_chunks", "test_delete_removes_every_chunk",
+        "test_grant_and_revoke_take_effect_on_the_next_query_everywhere", "test_reindex_swaps_without_a_failed_query",
+        "test_per_document_failures_are_reported", "test_large_load_restores_refresh",
+        "test_ingest_into_an_index_made_before_context_adds_the_field")),
+    *(f"tests/integration/test_ingest_sync.py::{name}" for name in (
+        "test_documents_removed_from_the_folder_leave_the_answers_and_the_others_stay",
+        "test_another_tenants_and_another_sources_documents_with_the_same_ids_are_untouched",
+        "test_removal_deletes_only_the_scope_on_either_write_path",
+        "test_an_index_made_before_source_labels_gets_the_field")),
+    *(f"tests/integration/test_access_record.py::{name}" for name in (
+        "test_each_protocol_answer_and_refusal_has_one_record_without_the_query",
+        "test_records_queued_before_a_sigterm_are_written_before_the_exit",
+        "test_the_access_view_answers_only_its_own_key")),
+    "tests/integration/test_reliability_hostile_costs.py::test_pattern_budget_is_a_400_naming_the_bound",
+)
+
+
+def _listed(nodeid: str, listed: tuple[str, ...]) -> bool:
+    name = nodeid.split("[", 1)[0]  # a parametrized case is listed by its test's name
+    return any(name == entry or (entry.endswith("::") and nodeid.startswith(entry)) for entry in listed)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks the timing and engines tests. scim2-server's storage contract (test_scim.py) also tests cursor paging,
+    which the SCIM service does not offer (its configuration announces none): those tests are deselected rather than
+    left to skip, so a skipped test always means one that should have run."""
     for item in items:
-        if item.nodeid.startswith(TIMING):
+        if _listed(item.nodeid, TIMING):
             item.add_marker(pytest.mark.timing)
-    """scim2-server's storage contract (test_scim.py) also tests cursor paging, which the SCIM service does not offer
-    (its configuration announces none): those tests are deselected rather than left to skip, so a skipped test
-    always means one that should have run."""
+        if _listed(item.nodeid, ENGINES):
+            item.add_marker(pytest.mark.engines)
+    modules = {item.nodeid.split("::", 1)[0] + "::" for item in items}
+    stale = [entry for entry in (*TIMING, *ENGINES) if entry.split("::", 1)[0] + "::" in modules
+             and not any(_listed(item.nodeid, (entry,)) for item in items)]
+    if stale:  # a renamed test would silently leave the Elasticsearch or timing run
+        raise pytest.UsageError(f"tests/conftest.py lists tests that do not exist: {stale}")
     unoffered = [item for item in items
                  if "TestDirectoryStorageContract" in item.nodeid and item.name.startswith("test_cursor")]
     if unoffered:

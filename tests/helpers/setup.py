@@ -16,6 +16,9 @@ from es_provider.engine import Engine
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 HEAVY = os.environ.get("ES_PROVIDER_HEAVY") == "1"
+# The Elasticsearch runs check what differs by engine (tests/conftest.py's ENGINES); the sizes that were shown to find
+# the service's own bugs run on OpenSearch, so the reliability modules run smaller there.
+SECOND_ENGINE = os.environ.get("ES_PROVIDER_ENGINE", "opensearch") != "opensearch"
 LOCAL = ROOT / "scripts" / "opensearch-local"
 
 

@@ -1,7 +1,8 @@
 """Live identities across instances (issue 28): a membership removed through SCIM, or a user deactivated, stops
 granting on every instance within 2 s — measured as the p100 over 100 trials on two `es-provider serve` processes,
 through SparkTide, AgentArts (a key with that subject) and Dify (`acting_subject`) — and added back, it returns.
-The default poll interval (0.5 s) is what is measured."""
+The default poll interval (0.5 s) is what is measured. `make test` runs 24 trials (six of them deactivations), `make
+reliability` the 100."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ import aiohttp
 import pytest
 from helpers import calls
 from helpers.served import Served, write_config
-from helpers.setup import API_KEY, TEST_ENV, load_records
+from helpers.setup import API_KEY, HEAVY, TEST_ENV, load_records
 
 TOKEN = "scim-token-0123456789abcdef"
-TRIALS = 100
+TRIALS = 100 if HEAVY else 24  # each is two polls; 100 took 110 s of the suite
 LIMIT_S = 2.0
 SCIM = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/scim+json"}
 PATCH_OP = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
@@ -115,7 +116,7 @@ async def test_revocation_reaches_every_instance_within_two_seconds(instances: l
             f"a membership removed through SCIM (Okta's members[value eq …] form) or the user deactivated (Entra ID's "
             f"'Replace' active 'False'), {TRIALS} trials through either of two `serve` processes, default poll 0.5 s: "
             f"gone from SparkTide, AgentArts (the key's subject) and Dify (acting_subject) on both instances after "
-            f"p50 {ordered[len(ordered) // 2]:.2f} s, p99 {ordered[98]:.2f} s, p100 {ordered[-1]:.2f} s; back after "
+            f"p50 {ordered[len(ordered) // 2]:.2f} s, p99 {ordered[-(-len(ordered) * 99 // 100) - 1]:.2f} s, p100 {ordered[-1]:.2f} s; back after "
             f"p100 {max(restored):.2f} s")
     assert max(revoked) <= LIMIT_S, ordered[-5:]
     assert max(restored) <= LIMIT_S, sorted(restored)[-5:]

@@ -232,7 +232,7 @@ async def test_legacy_definition_answers_documents(engine, client_for) -> None:
 # --- engine failures become the protocol's codes, never content ---
 
 async def test_slow_engine_times_out_at_the_deadline(acl_kb, client_for, proxy) -> None:
-    proxy.delay_s = 5.0
+    proxy.delay_s = 2.0
     client = await client_for(acl_kb, url=proxy.url)
     started = time.monotonic()
     status, answer = await ask(client, query="alpha", deadline=int(time.time() * 1000) + 800)

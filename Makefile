@@ -26,20 +26,11 @@ compose-check:
 XDIST ?= -n 4 --dist loadfile
 ES_XDIST ?= -n 2 --dist loadfile
 
-# Unit and integration tests; each run starts its real engine node itself (tests/conftest.py): everything on
-# OpenSearch, then what differs by engine (-m engines: tests/conftest.py's ENGINES says what and why) on
-# Elasticsearch 8 (port 9201) and Elasticsearch 9 (port 9202) side by side (their output follows when both are done).
+# Unit and integration tests in three timed phases (scripts/run-tests, which starts the engine nodes once): all but
+# the timing tests on OpenSearch in XDIST processes, the timing tests alone, then what differs by engine (-m engines:
+# tests/conftest.py's ENGINES says what and why) on Elasticsearch 8 and 9 side by side.
 test: install lint compose-check
-	$(BIN)/pytest $(XDIST) -m "not timing"
-	$(BIN)/pytest -p no:cacheprovider -m timing
-	@ES_PROVIDER_ENGINE=elasticsearch $(BIN)/pytest -p no:cacheprovider $(ES_XDIST) -m engines tests/integration \
-		>.test-es8.log 2>&1 & \
-	es8_pid=$$!; \
-	ES_PROVIDER_ENGINE=elasticsearch9 ES_PROVIDER_TEST_ES_PORT=9202 $(BIN)/pytest -p no:cacheprovider $(ES_XDIST) \
-		-m engines tests/integration >.test-es9.log 2>&1 & \
-	es9_pid=$$!; wait $$es8_pid; es8=$$?; wait $$es9_pid; es9=$$?; \
-	echo "--- Elasticsearch 8 ---"; cat .test-es8.log; echo "--- Elasticsearch 9 ---"; cat .test-es9.log; \
-	rm -f .test-es8.log .test-es9.log; exit $$(( es8 || es9 ))
+	BIN=$(BIN) XDIST="$(XDIST)" ES_XDIST="$(ES_XDIST)" scripts/run-tests
 
 # The pure, table-driven tests alone: no engine, a few seconds.
 unit: install

@@ -444,7 +444,30 @@ def _stages(found: dict[str, Any]) -> list[str]:
                       f"{_verdict(total <= 2 * floor)}."]
     lines += ["", *found.get("reading", [])]
     lines += [f"- {k}: {v}" for k, v in found["settings"].items()]
+    if "sampled" in found:
+        lines += ["", *_sampled(found["sampled"])]
     return [*lines, ""]
+
+
+def _sampled(found: dict[str, Any]) -> list[str]:
+    service, floor, gap = found["service"], found["floor"], found["gap_us"]
+    lines = ["### The whole request, sampled: the gap to the floor stage by stage", "",
+             "The service and the aiohttp forwarder floor, each under py-spy at c=32 (bench/profile.py): every "
+             "on-CPU sample goes to one stage by its stack (the innermost frame of the service's own code names "
+             "the stage; stacks without one are aiohttp's server, the event loop or the interpreter), and a "
+             "stage's CPU per request is its share of the samples times the process's CPU per request in the "
+             "same run.", "",
+             "| stage | service (µs) | floor (µs) | gap (µs) |", "|---|---|---|---|"]
+    for name, value in gap.items():
+        lines.append(f"| {name} | {service['stages_us'].get(name, 0):.0f} | {floor['stages_us'].get(name, 0):.0f} | "
+                     f"{value:+.0f} |")
+    total, bare = service["cpu_us_per_request"], floor["cpu_us_per_request"]
+    lines.append(f"| **CPU per request** | **{total:.0f}** | **{bare:.0f}** | **{total - bare:+.0f}** "
+                 f"({total / bare:.2f} ×) |")
+    lines += ["", f"- Samples: service {service['samples']:,}, floor {floor['samples']:,}; errors "
+                  f"{service['errors']} and {floor['errors']}."]
+    lines += [f"- {k}: {v}" for k, v in found["settings"].items()]
+    return lines
 
 
 def render(results: Path, docs: Path) -> Path:

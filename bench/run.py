@@ -394,6 +394,10 @@ def main() -> None:
             url, MAIN, list(queries.values()),
             service_cpu_ms=workers.get("workers 1 c32", {}).get("service_cpu_ms_per_request"),
             floor_cpu_ms=workers.get("floor: aiohttp forwarder c32", {}).get("service_cpu_ms_per_request"))
+        from bench import hotpath, profile
+
+        results["stages"]["sampled"] = profile.run(
+            url, MAIN, hotpath.config_with(work / "profile.toml", url, [MAIN, hotpath.SIGNED]), list(queries.values()))
         write_result("stages", {"machine": info, **results["stages"]})
 
     results["total_seconds"] = round(time.monotonic() - started)

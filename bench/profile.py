@@ -1,0 +1,142 @@
+"""Section 13's second table (issue 30): the whole request sampled, so the CPU the in-process stages do not isolate
+(aiohttp's server, the middleware, admission, the idempotency window, the event loop) is explained stage by stage too.
+
+The service (`es-provider serve`, one worker) and the aiohttp forwarder floor (bench/floor.py) each run under py-spy
+(`record`, raw stacks, only samples where the thread is on CPU) while bench.loadgen drives them at c=32 with the
+same SciFact callbacks as section 8. Each sample is put in one stage by its stack, read from the leaf towards the
+root: the first frame in the service's own code names the stage by its module (the engine client, the re-check,
+admission, ...); a stack with none of its frames is aiohttp's server, the event loop, or the interpreter. A stage's
+CPU per request is its share of the samples times the process's CPU per request measured in the same run (from
+/proc). Then the service's stage minus the floor's is the gap, stage by stage.
+
+py-spy attaches to the process it starts (ptrace); sampling pauses the process briefly, which /proc does not
+count as the process's CPU.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from bench.common import SECRET, cpu_seconds, free_port, loadgen, wait_until_answering
+
+RATE_HZ = 250
+REQUESTS = 6000  # per target, after WARMUP
+WARMUP = 300
+
+# The service's modules → stage (the first of the stack's own frames from the leaf decides). Functions of a
+# module that serves two stages are named apart.
+MODULES = {
+    "strictjson": "read + parse",
+    "deadline": "validate",
+    "auth": "auth and identity", "principals": "auth and identity", "directory": "auth and identity",
+    "idempotency": "idempotency window",
+    "admission": "admission (slots, fair turns)",
+    "query": "build the query", "dialect": "build the query",
+    "engine": "engine call (client, parse of the answer)", "http1": "engine call (client, parse of the answer)",
+    "transient": "engine call (client, parse of the answer)", "errors": "engine call (client, parse of the answer)",
+    "acl": "re-check", "hits": "re-check",
+    "retrieval": "calibrate", "calibrate": "calibrate", "calibration": "calibrate",
+    "sparktide": "SparkTide handler (consistency, render)", "sparktide_items": "SparkTide handler (consistency, render)",
+    "metrics": "metrics and logs", "logs": "metrics and logs",
+    "access": "access record", "recorder": "access record",
+    "app": "the service's middleware (errors, record entry, request ids)",
+    "service": "the service's request wiring", "domain": "the service's request wiring",
+}
+FUNCTIONS = {("kit", "parse_object"): "read + parse", ("kit", "validate"): "validate", ("kit", "answer"): "render"}
+OWN = ("es_provider/", "bench/floor.py")
+
+
+def stage_of(frames: list[str]) -> str:
+    """A py-spy raw stack (root first; each frame "function (path:line)") → its stage."""
+    for frame in reversed(frames):
+        function, _, where = frame.partition(" (")
+        path = where.rsplit(":", 1)[0]
+        if "es_provider/" in path:
+            module = path.rsplit("/", 1)[-1].removesuffix(".py")
+            return FUNCTIONS.get((module, function)) or MODULES.get(module, f"es_provider.{module}")
+        if path.endswith("bench/floor.py"):
+            return "the forwarder's handler"
+    leaf = frames[-1] if frames else ""
+    if "aiohttp/" in leaf or any("aiohttp/web_protocol" in f for f in frames):
+        return "aiohttp's server (HTTP parsing, the request object, writing the answer)"
+    if "asyncio/" in leaf or "selectors" in leaf:
+        return "the event loop (tasks, callbacks, sockets)"
+    return "other (interpreter, garbage collection)"
+
+
+def stages_of(raw: str) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            counts[stage_of(stack.split(";"))] += int(count)
+    return counts
+
+
+@contextmanager
+def sampled(command: list[str], env: dict[str, str], ready_path: str, out: Path) -> Iterator[tuple[str, int]]:
+    """`command` under py-spy; yields (its base URL, its pid) once `ready_path` answers; stops py-spy (SIGINT, which
+    writes the samples) and the process."""
+    import os
+
+    port = free_port()
+    spy = Path(sys.executable).with_name("py-spy")
+    process = subprocess.Popen([str(spy), "record", "--rate", str(RATE_HZ), "--format", "raw", "--output", str(out),
+                                "--", *[part.replace("{port}", str(port)) for part in command]],
+                               env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_until_answering(base + ready_path, process, 60)
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+        yield base, int(children[0])
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(30)
+
+
+def _profile(command: list[str], env: dict[str, str], ready_path: str, spec: dict[str, Any]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "samples.txt"
+        with sampled(command, env, ready_path, out) as (base, pid):
+            loadgen({**spec, "target": base + spec["target"], "requests": WARMUP, "warmup": 0})
+            before = cpu_seconds(pid)
+            answer = loadgen({**spec, "target": base + spec["target"], "requests": REQUESTS, "warmup": 0})
+            cpu_us = (cpu_seconds(pid) - before) / REQUESTS * 1e6
+        time.sleep(0.5)
+        counts = stages_of(out.read_text())
+    total = sum(counts.values())
+    return {"cpu_us_per_request": round(cpu_us, 1), "samples": total, "errors": answer["errors"],
+            "stages_us": {name: round(n / total * cpu_us, 1) for name, n in counts.most_common()}}
+
+
+def run(url: str, kb: dict[str, Any], config: Path, queries: list[str]) -> dict[str, Any]:
+    import json
+
+    from bench.run import MAIN, callback, search_body
+    from bench.scifact import GROUP
+
+    plain = [callback(kb["id"], q) for q in queries]
+    direct = [search_body(MAIN, q, subject="bench-user", groups=[GROUP], filters=True) for q in queries]
+    spec = {"mode": "service", "secret": SECRET, "bodies": plain, "concurrency": 32}
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as bodies:
+        json.dump(direct, bodies)
+        bodies.flush()
+        floor = _profile([sys.executable, "-m", "bench.floor", "aiohttp", "{port}", url, MAIN["alias"], bodies.name],
+                         {}, "/", {**spec, "target": "/"})
+    service = _profile([sys.executable, "-m", "es_provider.cli", "serve", "--config", str(config), "--port", "{port}"],
+                       {"OPENSEARCH_URL": url, "BENCH_SECRET": SECRET, "BENCH_API_KEY": "bench-api-key"}, "/healthz",
+                       {**spec, "target": f"/agent/knowledge/{kb['id']}/1"})
+    names = list(dict.fromkeys([*service["stages_us"], *floor["stages_us"]]))
+    gap = {name: round(service["stages_us"].get(name, 0.0) - floor["stages_us"].get(name, 0.0), 1) for name in names}
+    return {"service": service, "floor": floor, "gap_us": dict(sorted(gap.items(), key=lambda kv: -kv[1])),
+            "settings": {"sampler": f"py-spy record, {RATE_HZ} Hz, on-CPU samples only", "concurrency": 32,
+                         "requests": REQUESTS, "warmup": WARMUP}}

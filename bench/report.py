@@ -464,8 +464,21 @@ def _sampled(found: dict[str, Any]) -> list[str]:
     total, bare = service["cpu_us_per_request"], floor["cpu_us_per_request"]
     lines.append(f"| **CPU per request** | **{total:.0f}** | **{bare:.0f}** | **{total - bare:+.0f}** "
                  f"({total / bare:.2f} ×) |")
-    lines += ["", f"- Samples: service {service['samples']:,}, floor {floor['samples']:,}; errors "
-                  f"{service['errors']} and {floor['errors']}."]
+    top = list(gap.items())[:4]
+    lines += ["", f"- Reading: the service spends {total - bare:.0f} µs more than the floor per request. The largest "
+                  "parts of the gap: " + ", ".join(f"{name} {value:+.0f} µs" for name, value in top) + ". The "
+                  "service asks for 15 candidates with their text (about 28 KB) and parses them; the floor forwards "
+                  "the engine's bytes unread. In-process (cProfile, 300 sequential calls on 12-02), parsing that "
+                  "answer took 37 µs and the client's own Python about 30 µs of the call's 277 µs; most of the rest "
+                  "is kernel time in the socket calls. Why aiohttp's server part costs the service about three "
+                  "times what it costs the floor was not broken down further. The handler's own steps (re-check, "
+                  "calibration, the query, the SparkTide items) and the per-request machinery (admission, the "
+                  "idempotency window, the middleware, the access record) are each a few per cent: the profile is "
+                  "flat, so no single step holds the missing factor.",
+              f"- Samples: service {service['samples']:,}, floor {floor['samples']:,}; left out (startup, waiting "
+              f"in epoll): service {', '.join(map(str, service['samples_left_out'].values()))}, floor "
+              f"{', '.join(map(str, floor['samples_left_out'].values()))}; errors {service['errors']} and "
+              f"{floor['errors']}."]
     lines += [f"- {k}: {v}" for k, v in found["settings"].items()]
     return lines
 
@@ -505,8 +518,9 @@ def render(results: Path, docs: Path) -> Path:
             lines.append(f"| {level['concurrency']} | {d['p50_ms']:.2f} / {d['p90_ms']:.2f} / {d['p99_ms']:.2f} | "
                          f"{s['p50_ms']:.2f} / {s['p90_ms']:.2f} / {s['p99_ms']:.2f} | {level['added_p50_ms']:.2f} | "
                          f"{d['rps']:.0f} | {s['rps']:.0f} | {level['rps_ratio']:.2f} |")
-        lines += ["", f"- Target: added p50 ≤ 2 ms at concurrency 1: {first['added_p50_ms']:.2f} ms, "
-                      f"{_verdict(first['added_p50_ms'] <= 2.0)}.",
+        wanted = latency.get("targets", {}).get("added_p50_ms_at_1", 2.0)
+        lines += ["", f"- Target: added p50 ≤ {wanted:g} ms at concurrency 1: {first['added_p50_ms']:.2f} ms, "
+                      f"{_verdict(first['added_p50_ms'] <= wanted)}.",
                   f"- Target: throughput at concurrency 32 ≥ 0.7 of direct: {last['rps_ratio']:.2f}, "
                   f"{_verdict(last['rps_ratio'] >= 0.7)}.",
                   f"- Errors: {sum(lv['direct']['errors'] + lv['service']['errors'] for lv in latency['levels'])}.",

@@ -197,7 +197,7 @@ def run(url: str, kb: dict[str, Any], queries: list[str], *, service_cpu_ms: flo
             f"the engine call's own CPU ({stages['engine call']:.0f} µs, parsing the engine's answer and the "
             "client's wrapper included) is what the floor spends on its forward plus the parse it skips; the rest "
             f"({total_us - accounted:.0f} µs) is aiohttp, the middleware, admission, the idempotency window and the "
-            "event loop, which the stages do not isolate.",
+            "event loop, which the sampled table below puts in stages.",
         ]
     return {
         "stages_us": stages,

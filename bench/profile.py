@@ -59,6 +59,9 @@ FUNCTIONS = {("kit", "parse_object"): "read + parse", ("kit", "validate"): "vali
 ENTRY = ("es_provider/cli.py", "es_provider/workers.py", "es_provider/__main__.py")  # the frames under everything
 STARTUP = ("_find_and_load", "load_settings", "create_app", "parse_settings")  # imports and setup, before any request
 WAITING = "waiting (epoll)"
+# The kernel's send of the answer: it wakes the load generator, which may take the core there, so its samples are
+# partly the service waiting for a core (an upper bound on its CPU).
+SEND = "aiohttp: the answer's socket send (kernel; partly waiting for a core)"
 EXCLUDED = ("startup", WAITING)
 
 
@@ -78,7 +81,9 @@ def stage_of(frames: list[str]) -> str:
         if path.endswith("bench/floor.py") and function.rsplit(".", 1)[-1] in ("handle", "forward", "answer"):
             return "the forwarder's handler"
     if any("aiohttp/" in path for _, path in parsed):
-        return "aiohttp's server (HTTP parsing, the request object, writing the answer)"
+        if parsed[-1][0].endswith("Transport.write"):
+            return SEND
+        return "aiohttp's server (HTTP parsing, the request and response objects)"
     if any("asyncio/" in path for _, path in parsed):
         return "the event loop (tasks, callbacks, sockets)"
     return "other (interpreter, garbage collection)"

@@ -470,8 +470,8 @@ def _sampled(found: dict[str, Any]) -> list[str]:
                   "service asks for 15 candidates with their text (about 28 KB) and parses them; the floor forwards "
                   "the engine's bytes unread. In-process (cProfile, 300 sequential calls on 12-02), parsing that "
                   "answer took 37 µs and the client's own Python about 30 µs of the call's 277 µs; most of the rest "
-                  "is kernel time in the socket calls. Why aiohttp's server part costs the service about three "
-                  "times what it costs the floor was not broken down further. The handler's own steps (re-check, "
+                  "is kernel time in the socket calls. The answer's socket send is an upper bound: the send wakes "
+                  "the load generator, which may take the core while the service is still in it. The handler's own steps (re-check, "
                   "calibration, the query, the SparkTide items) and the per-request machinery (admission, the "
                   "idempotency window, the middleware, the access record) are each a few per cent: the profile is "
                   "flat, so no single step holds the missing factor.",

@@ -28,4 +28,4 @@ def test_help_lists_every_target_once() -> None:
 
 def test_the_target_finder_reads_rules_not_variables() -> None:
     assert {"help", "test", "unit", "run"} <= _targets()
-    assert "ES_SUITES" not in _targets() and "BIN" not in _targets()
+    assert "XDIST" not in _targets() and "BIN" not in _targets()

@@ -18,11 +18,11 @@ it inflates each stage in proportion; the socket writes, where a send wakes the 
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +35,9 @@ RATE_HZ = 500
 REQUESTS = 6000  # per target, after WARMUP
 WARMUP = 300
 
+ENGINE_CALL = "engine call (client, parse of the answer)"
+HANDLER = "SparkTide handler (consistency, render)"
+WIRING = "the service's request wiring"
 # The service's modules → stage (the first of the stack's own frames from the leaf decides). Functions of a
 # module that serves two stages are named apart.
 MODULES = {
@@ -44,16 +47,15 @@ MODULES = {
     "idempotency": "idempotency window",
     "admission": "admission (slots, fair turns)",
     "query": "build the query", "dialect": "build the query",
-    "engine": "engine call (client, parse of the answer)", "http1": "engine call (client, parse of the answer)",
-    "transient": "engine call (client, parse of the answer)", "errors": "engine call (client, parse of the answer)",
+    "engine": ENGINE_CALL, "http1": ENGINE_CALL, "transient": ENGINE_CALL, "errors": ENGINE_CALL,
     "acl": "re-check", "hits": "re-check", "markup": "re-check",  # the hit → chunk mapping cleans markup residue
     "kit": "read + parse",
     "retrieval": "calibrate", "calibrate": "calibrate", "calibration": "calibrate",
-    "sparktide": "SparkTide handler (consistency, render)", "sparktide_items": "SparkTide handler (consistency, render)",
+    "sparktide": HANDLER, "sparktide_items": HANDLER,
     "metrics": "metrics and logs", "logs": "metrics and logs",
     "access": "access record", "recorder": "access record",
     "app": "the service's middleware (errors, record entry, request ids)",
-    "service": "the service's request wiring", "domain": "the service's request wiring",
+    "service": WIRING, "domain": WIRING,
 }
 FUNCTIONS = {("kit", "parse_object"): "read + parse", ("kit", "validate"): "validate", ("kit", "answer"): "render"}
 ENTRY = ("es_provider/cli.py", "es_provider/workers.py", "es_provider/__main__.py")  # the frames under everything
@@ -102,8 +104,6 @@ def stages_of(raw: str) -> Counter[str]:
 def sampled(command: list[str], env: dict[str, str], ready_path: str, out: Path) -> Iterator[tuple[str, int]]:
     """`command` under py-spy; yields (its base URL, its pid) once `ready_path` answers; stops py-spy (SIGINT, which
     writes the samples) and the process."""
-    import os
-
     port = free_port()
     spy = Path(sys.executable).with_name("py-spy")
     process = subprocess.Popen([str(spy), "record", "--nonblocking", "--rate", str(RATE_HZ), "--format", "raw",
@@ -128,7 +128,6 @@ def _profile(command: list[str], env: dict[str, str], ready_path: str, spec: dic
             before = cpu_seconds(pid)
             answer = loadgen({**spec, "target": base + spec["target"], "requests": REQUESTS, "warmup": 0})
             cpu_us = (cpu_seconds(pid) - before) / REQUESTS * 1e6
-        time.sleep(0.5)
         counts = stages_of(out.read_text())
     excluded = {name: counts.pop(name, 0) for name in EXCLUDED}
     total = sum(counts.values())

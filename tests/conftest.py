@@ -55,17 +55,23 @@ HOW_VARIABLE = "ES_PROVIDER_TEST_NODE_HOW"  # how this run's controlling process
 FAILED_VARIABLE = "ES_PROVIDER_TEST_NODE_FAILED"  # why it could not (every integration test then fails with it)
 
 
-def _start_elasticsearch() -> tuple[str, str, Any]:
-    version = "9" if ENGINE == "elasticsearch9" else "8"
-    env = {**os.environ, "ELASTICSEARCH_PORT": ES_TEST_PORT}
-    already = subprocess.run([str(ES_LOCAL), "status"], env=env, capture_output=True).returncode == 0
-    started = subprocess.run([str(ES_LOCAL), "start", "--version", version], env=env, capture_output=True, text=True)
+def _start_local(script: Path, port_variable: str, port: str, *args: str) -> tuple[str, str, Any]:
+    """A node from one of the project's scripts on `port`; stopped at the end only if this run started it."""
+    env = {**os.environ, port_variable: port}
+    how = f"scripts/{script.name}"
+    already = subprocess.run([str(script), "status"], env=env, capture_output=True).returncode == 0
+    started = subprocess.run([str(script), "start", *args], env=env, capture_output=True, text=True)
     if started.returncode != 0:
-        raise RuntimeError(f"scripts/elasticsearch-local start failed:\n{started.stderr[-4000:]}")
+        raise RuntimeError(f"{how} start failed:\n{started.stderr[-4000:]}")
     stop = None
     if not already and not os.environ.get("ES_PROVIDER_KEEP_OPENSEARCH"):
-        stop = lambda: subprocess.run([str(ES_LOCAL), "stop"], env=env, capture_output=True)  # noqa: E731
-    return started.stdout.strip().splitlines()[-1], "scripts/elasticsearch-local", stop
+        stop = lambda: subprocess.run([str(script), "stop"], env=env, capture_output=True)  # noqa: E731
+    return started.stdout.strip().splitlines()[-1], how, stop
+
+
+def _start_elasticsearch() -> tuple[str, str, Any]:
+    return _start_local(ES_LOCAL, "ELASTICSEARCH_PORT", ES_TEST_PORT, "--version",
+                        "9" if ENGINE == "elasticsearch9" else "8")
 
 
 def _start_opensearch() -> tuple[str, str, Any]:
@@ -75,15 +81,7 @@ def _start_opensearch() -> tuple[str, str, Any]:
         container = OpenSearchContainer(OPENSEARCH_IMAGE, security_enabled=False).start()
         url = f"http://{container.get_container_host_ip()}:{container.get_exposed_port(9200)}"
         return url, "testcontainers", container.stop
-    env = {**os.environ, "OPENSEARCH_PORT": TEST_PORT}
-    already = subprocess.run([str(LOCAL), "status"], env=env, capture_output=True).returncode == 0
-    started = subprocess.run([str(LOCAL), "start"], env=env, capture_output=True, text=True)
-    if started.returncode != 0:
-        raise RuntimeError(f"scripts/opensearch-local start failed:\n{started.stderr[-4000:]}")
-    stop = None
-    if not already and not os.environ.get("ES_PROVIDER_KEEP_OPENSEARCH"):
-        stop = lambda: subprocess.run([str(LOCAL), "stop"], env=env, capture_output=True)  # noqa: E731
-    return started.stdout.strip().splitlines()[-1], "scripts/opensearch-local", stop
+    return _start_local(LOCAL, "OPENSEARCH_PORT", TEST_PORT)
 
 
 STOP_KEY = pytest.StashKey[Any]()
@@ -330,9 +328,9 @@ def _listed(nodeid: str, listed: tuple[str, ...]) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks the timing and engines tests and puts the slowest modules first (a stable sort keeps each module's own
-    order). scim2-server's storage contract (test_scim.py) also tests cursor paging,
-    which the SCIM service does not offer (its configuration announces none): those tests are deselected rather than
-    left to skip, so a skipped test always means one that should have run."""
+    order). scim2-server's storage contract (test_scim.py) also tests cursor paging, which the SCIM service does not
+    offer (its configuration announces none): those tests are deselected rather than left to skip, so a skipped test
+    always means one that should have run."""
     for item in items:
         if _listed(item.nodeid, TIMING):
             item.add_marker(pytest.mark.timing)

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from yarl import URL
 
 from es_provider import access, access_view, auth, embedders, openapi, workbench
 from es_provider.acl import Filter
@@ -30,6 +31,7 @@ from es_provider.protocols import agentarts, dify, sparktide
 from es_provider.protocols.kit import ERROR_CODE, Protocol
 from es_provider.recorder import RECORDER, FileSink, IndexSink, Recorder, Sink
 from es_provider.replays import SharedReplays
+from es_provider.rerank import Reranker
 from es_provider.retrieval import Retriever
 from es_provider.service import SERVICES, Services
 
@@ -173,9 +175,19 @@ async def openapi_endpoint(request: web.Request) -> web.Response:
     return web.Response(body=request.app[OPENAPI], content_type="application/json")
 
 
-async def _close_all(models: Mapping[str, embedders.Cached]) -> None:
+async def _close_all(models: Mapping[str, embedders.Cached], reranker: Reranker | None) -> None:
     for model in models.values():
         await model.close()
+    if reranker is not None:
+        await reranker.close()
+
+
+def _reranker(settings: Settings, environ: Mapping[str, str], metrics: Metrics) -> Reranker | None:
+    if settings.rerank is None:
+        return None
+    where = URL(settings.rerank.url).with_user(None)  # never a password written into the URL
+    log.info("rerank: %s API at %s for %s", settings.rerank.api, where, ", ".join(settings.rerank.knowledge))
+    return Reranker(settings.rerank, environ, on_fallback=metrics.rerank_fallback, on_called=metrics.reranked)
 
 
 def _unsupported(exc: UnsupportedEngineError) -> StartupError:
@@ -333,8 +345,10 @@ def create_app(
         app[METRICS_TOKEN] = _own_secret(settings.server.metrics_token_ref, credentials, environ, "metrics token")
     app[OPENAPI] = orjson.dumps(openapi.document(protocols))
 
-    # Models load now too: a missing package or embedding key stops the service at start.
+    # Models load now too: a missing package or embedding key stops the service at start; so does a missing
+    # rerank key.
     models = embedders.build_all(settings, os.environ if environ is None else environ)
+    reranker = _reranker(settings, os.environ if environ is None else environ, metrics)
 
     async def engine_context(app: web.Application) -> AsyncIterator[None]:
         engine = Engine(settings.opensearch.url, timeout_s=settings.opensearch.timeout_s, observe=metrics.engine_call)
@@ -342,7 +356,7 @@ def create_app(
             await meet_engine(engine, settings)
         except BaseException:
             await engine.close()
-            await _close_all(models)
+            await _close_all(models, reranker)
             raise
         shared_replays = SharedReplays(engine, settings.server.replay_index) if settings.shares_replays() else None
         background: list[asyncio.Task[None]] = []
@@ -359,7 +373,8 @@ def create_app(
             settings=settings,
             credentials=credentials,
             retriever=Retriever(engine, scoring=settings.scoring, embedders=models,
-                                on_dropped=metrics.dropped_hits.inc, on_embedded=metrics.embedding),
+                                on_dropped=metrics.dropped_hits.inc, on_embedded=metrics.embedding,
+                                reranker=reranker, reranks=settings.reranks),
             replays=ReplayCache(),
             idempotency=IdempotencyCache(settings.server.idempotency_window_s,
                                          max_bytes=settings.server.idempotency_max_bytes,
@@ -374,7 +389,7 @@ def create_app(
         for task in background:
             task.cancel()
         await engine.close()
-        await _close_all(models)
+        await _close_all(models, reranker)
 
     app.cleanup_ctx.append(engine_context)
     if settings.access_log.enabled:

@@ -131,9 +131,13 @@ class ScoringSettings(ConfigModel):
     """Hybrid: the BM25 leg's share of the fused probability (the vector leg has the rest); fitted likewise."""
     fusion_depth: int = Field(default=30, ge=1, le=1024)
     """Hits each leg of a hybrid search brings to the fusion (at least top_k plus the usual surplus)."""
+    rerank: Calibration = Calibration(intercept=-3.0, log_score=1.0, relative=3.0, log_rank=0.0, lead=0.0)
+    """With `[rerank]` (s: the reranker's relevance score of the chunk). Fitted likewise, with the bench's
+    reranker; a different rerank model scores on its own scale: fit it with `es-provider calibrate`."""
 
 
 RetrievalMode = Literal["bm25", "vector", "hybrid"]
+MODES: tuple[RetrievalMode, ...] = ("bm25", "vector", "hybrid")
 
 
 class EmbedderSettings(ConfigModel):
@@ -377,6 +381,42 @@ class AccessLogSettings(ConfigModel):
         return self
 
 
+RerankApi = Literal["cohere", "tei"]
+
+
+class RerankSettings(ConfigModel):
+    """A second stage (rerank.py): a rerank model's HTTP API reorders the chunks that passed the permission
+    filters and the re-check. A reranker that fails, is slow or answers garbage leaves the first-stage order."""
+
+    url: str = Field(min_length=1, pattern=r"^https?://")
+    """The whole endpoint URL: "https://api.cohere.com/v1/rerank", "https://api.jina.ai/v1/rerank", vLLM's,
+    Xinference's, LocalAI's or Infinity's ".../v1/rerank", or a TEI server's "http://tei:8080/rerank"."""
+    api: RerankApi = "cohere"
+    """cohere: `{model, query, documents, top_n}` → `{results: [{index, relevance_score}]}` (Cohere, Jina, vLLM,
+    Xinference, LocalAI, Infinity). tei: `{query, texts}` → `[{index, score}]` (Hugging Face
+    text-embeddings-inference)."""
+    model: str | None = Field(default=None, min_length=1, max_length=256)
+    """cohere: the model name sent with each request (required there)."""
+    key_ref: EnvName | None = None
+    """Env var (or `<NAME>_FILE`) holding the bearer key, if the API needs one."""
+    candidates: int = Field(default=30, ge=1, le=1024)
+    """How many first-stage chunks it sees (at least topK plus the usual surplus)."""
+    timeout_ms: int = Field(default=1000, ge=10, le=60_000)
+    """Longest wait for its answer; the request's deadline (less a margin for rendering) shortens it."""
+    knowledge: list[Ident] = Field(min_length=1)
+    """The knowledge bases that use it (a request reranks when all of its knowledge bases do)."""
+    modes: list[RetrievalMode] = Field(default_factory=lambda: list(MODES), min_length=1)
+    """The retrieval modes it follows."""
+    max_characters: int = Field(default=4000, ge=100, le=100_000)
+    """Each chunk's text is cut to this many characters before it is sent (rerank models read about 512 tokens)."""
+
+    @model_validator(mode="after")
+    def _model_for_cohere(self) -> RerankSettings:
+        if self.api == "cohere" and self.model is None:
+            raise ValueError("api = \"cohere\" needs a model")
+        return self
+
+
 class Settings(ConfigModel):
     """The whole file."""
 
@@ -396,6 +436,8 @@ class Settings(ConfigModel):
     """Score calibration."""
     embedders: dict[Ident, EmbedderSettings] = Field(default_factory=dict)
     """Embedding models, by name (`[embedders.<name>]`)."""
+    rerank: RerankSettings | None = None
+    """A rerank stage for some knowledge bases (none by default)."""
     knowledge: list[KnowledgeBase] = Field(default_factory=list)
     """The knowledge bases (`[[knowledge]]`, one table each)."""
     api_keys: list[ApiKey] = Field(default_factory=list)
@@ -412,6 +454,9 @@ class Settings(ConfigModel):
         for kb in self.knowledge:
             if kb.embedder is not None and kb.embedder not in self.embedders:
                 raise ValueError(f"knowledge {kb.id!r} names unknown embedder {kb.embedder!r}")
+        for kb_id in self.rerank.knowledge if self.rerank is not None else ():
+            if kb_id not in known:
+                raise ValueError(f"rerank.knowledge names unknown knowledge base {kb_id!r}")
         for i, key in enumerate(self.api_keys):
             for kb_id in key.knowledge:
                 if kb_id not in known:
@@ -434,6 +479,11 @@ class Settings(ConfigModel):
 
     def knowledge_base(self, kb_id: str) -> KnowledgeBase | None:
         return next((kb for kb in self.knowledge if kb.id == kb_id), None)
+
+    def reranks(self, kb_ids: set[str], mode: RetrievalMode) -> bool:
+        """Whether a search of these knowledge bases in this mode goes through the rerank stage."""
+        r = self.rerank
+        return r is not None and mode in r.modes and bool(kb_ids) and kb_ids <= set(r.knowledge)
 
     def needs_knn(self) -> bool:
         return any(kb.embedder is not None for kb in self.knowledge)

@@ -21,6 +21,7 @@ class SearchRequest:
     score_threshold: float = 0.0
     metadata: Conditions | None = None  # Dify metadata conditions
     mode: RetrievalMode | None = None  # None: the knowledge bases' configured mode
+    candidates: int = 0  # at least this many hits from the engine (a rerank stage's depth), else topK's share
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,3 +56,4 @@ class SearchResult:
     # The next candidates in order, for a protocol whose own item rules skip a chunk of the answer: it takes the
     # next one instead, so an answer still carries min(topK, visible matches) items.
     surplus: tuple[Chunk, ...] = ()
+    rerank: str | None = None  # with a rerank stage: "applied", or "first-stage: <reason>" (rerank.py)

@@ -19,7 +19,8 @@ from es_provider.domain import Served
 from es_provider.errors import ErrorCode, KnowledgeError
 
 Key = tuple[str, ...]
-Answer = tuple[bytes, tuple[Served, ...]]  # the body, and what it served (for each request's access record)
+# The body, what it served (for each request's access record), and its rerank outcome (the X-Rerank header).
+Answer = tuple[bytes, tuple[Served, ...], str | None]
 
 
 @dataclass(frozen=True, slots=True)

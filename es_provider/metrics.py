@@ -40,6 +40,15 @@ class Metrics:
             ["outcome"],
             buckets=_BUCKETS, registry=self.registry,
         )
+        self.rerank_fallbacks = Counter(
+            "es_provider_rerank_fallbacks", "Answers given in first-stage order because the rerank stage could not "
+            "be had, by reason (unreachable, timeout, status, malformed, no_time)", ["reason"],
+            registry=self.registry,
+        )
+        self.rerank_latency = Histogram(
+            "es_provider_rerank_seconds", "Rerank API call time", ["outcome"], buckets=_BUCKETS,
+            registry=self.registry,
+        )
         self.in_flight = Gauge("es_provider_in_flight", "Requests holding a concurrency slot (their body is in)",
                                registry=self.registry, multiprocess_mode="livesum")
         self.idempotency_bytes = Gauge(
@@ -76,6 +85,12 @@ class Metrics:
 
     def engine_call(self, operation: str, seconds: float, ok: bool) -> None:
         self.engine_latency.labels(operation, "ok" if ok else "error").observe(seconds)
+
+    def rerank_fallback(self, reason: str) -> None:
+        self.rerank_fallbacks.labels(reason).inc()
+
+    def reranked(self, seconds: float, ok: bool) -> None:
+        self.rerank_latency.labels("ok" if ok else "error").observe(seconds)
 
     def embedding(self, seconds: float, ok: bool) -> None:
         self.embedding_latency.labels("ok" if ok else "error").observe(seconds)

@@ -124,6 +124,10 @@ def candidate_count(top_k: int) -> int:
     return min(MAX_CANDIDATES, top_k + max(MIN_EXTRA_CANDIDATES, top_k // 2))
 
 
+def _size(retrieval: SearchRequest) -> int:
+    return min(MAX_CANDIDATES, max(candidate_count(retrieval.top_k), retrieval.candidates))
+
+
 def _filters(
     retrieval: SearchRequest, metadata_types: Mapping[str, str] | None
 ) -> tuple[list[dict[str, Any]], tuple[Filter, ...]]:
@@ -186,7 +190,7 @@ def build_search(
 ) -> SearchPlan:
     """BM25: one bool query, the text in `must`, every permission and metadata clause in `filter`."""
     filters, applied = _filters(retrieval, metadata_types)
-    body = _envelope(candidate_count(retrieval.top_k), timeout_ms, _bm25_query(retrieval, filters))
+    body = _envelope(_size(retrieval), timeout_ms, _bm25_query(retrieval, filters))
     return SearchPlan(bodies=(collapsed(body, retrieval),), applied_filters=applied)
 
 
@@ -199,7 +203,7 @@ def build_knn(
 ) -> SearchPlan:
     """Vector: the k nearest chunks among those the filters allow."""
     filters, applied = _filters(retrieval, metadata_types)
-    size = candidate_count(retrieval.top_k)
+    size = _size(retrieval)
     body = collapsed(_envelope(size, timeout_ms, _knn_query(vector, _neighbours(size), filters)), retrieval)
     return SearchPlan(bodies=(body,), applied_filters=applied)
 
@@ -214,7 +218,7 @@ def build_hybrid(
 ) -> SearchPlan:
     """Hybrid: the BM25 and the kNN search, each with the same filters, run together in one _msearch."""
     filters, applied = _filters(retrieval, metadata_types)
-    size = min(MAX_CANDIDATES, max(depth, candidate_count(retrieval.top_k)))
+    size = min(MAX_CANDIDATES, max(depth, _size(retrieval)))
     bm25 = collapsed(_envelope(size, timeout_ms, _bm25_query(retrieval, filters)), retrieval)
     knn = collapsed(_envelope(size, timeout_ms, _knn_query(vector, _neighbours(size), filters)), retrieval)
     return SearchPlan(bodies=(bm25, knn), applied_filters=applied)

@@ -1,8 +1,10 @@
-"""The protocol-neutral flow: mode → (embed query) → build → search → fuse/normalise → re-check → threshold → cut."""
+"""The protocol-neutral flow: mode → (embed query) → build → search → fuse/normalise → re-check → (rerank) →
+threshold → cut."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,12 +24,14 @@ from es_provider.naming import alias_of_index
 from es_provider.query import (
     SOURCE_FIELDS,
     VECTOR_FIELD,
+    SearchPlan,
     bounded_text,
     build_hybrid,
     build_knn,
     build_search,
     query_terms,
 )
+from es_provider.rerank import Reranker, Stage
 
 log = logging.getLogger("es_provider.retrieval")
 security_log = logging.getLogger("es_provider.security")
@@ -68,6 +72,17 @@ def scored_hits(
     return calibrate_leg(legs[0], scoring.bm25.logistic(), per=terms)
 
 
+def _plan(retrieval: SearchRequest, mode: RetrievalMode, vector: Sequence[float] | None, *, depth: int,
+          timeout_ms: int, metadata_types: Mapping[str, str] | None) -> SearchPlan:
+    if mode == "bm25":
+        return build_search(retrieval, timeout_ms=timeout_ms, metadata_types=metadata_types)
+    if vector is None:
+        raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{mode} retrieval without a query vector")
+    if mode == "vector":
+        return build_knn(retrieval, vector, timeout_ms=timeout_ms, metadata_types=metadata_types)
+    return build_hybrid(retrieval, vector, depth=depth, timeout_ms=timeout_ms, metadata_types=metadata_types)
+
+
 async def run_search(
     engine: Engine,
     retrieval: SearchRequest,
@@ -78,20 +93,15 @@ async def run_search(
     vector: Sequence[float] | None = None,
     mapped: set[str] | None = None,
     metadata_types: Mapping[str, str] | None = None,
+    rerank: Stage | None = None,
 ) -> SearchResult:
+    """With `rerank`, every chunk that passed the re-check goes to the rerank stage, and the score threshold and the
+    cut to topK apply to its order and scores (or to the first-stage ones it fell back to)."""
     if mapped is not None and (cannot := acl.unenforceable(retrieval.filters, mapped)):
         # E.g. an index without ACL fields: refuse rather than answer unfiltered content.
         raise forbidden(detail=f"index cannot enforce {[f.value for f in cannot]}")
-    timeout_ms = int(budget.remaining(time.monotonic()) * 1000)
-    if mode == "bm25":
-        plan = build_search(retrieval, timeout_ms=timeout_ms, metadata_types=metadata_types)
-    elif vector is None:
-        raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{mode} retrieval without a query vector")
-    elif mode == "vector":
-        plan = build_knn(retrieval, vector, timeout_ms=timeout_ms, metadata_types=metadata_types)
-    else:
-        plan = build_hybrid(retrieval, vector, depth=scoring.fusion_depth, timeout_ms=timeout_ms,
-                            metadata_types=metadata_types)
+    plan = _plan(retrieval, mode, vector, depth=scoring.fusion_depth,
+                 timeout_ms=int(budget.remaining(time.monotonic()) * 1000), metadata_types=metadata_types)
     missing = set(retrieval.filters) - set(plan.applied_filters)
     if missing:
         # Never answer with content when a required filter is not in the query that will run.
@@ -129,7 +139,7 @@ async def run_search(
         except MalformedHit as exc:
             log.error("skipped malformed chunk: %s", exc, extra={"chunk_id": hit.get("_id")})
             continue
-        if retrieval.score_threshold > 0 and (chunk.score is None or chunk.score < retrieval.score_threshold):
+        if rerank is None and below(chunk, retrieval.score_threshold):
             continue
         if kb.one_chunk_per_document:
             # A lower chunk of a document already in the answer (the engine collapses one base; this covers
@@ -138,8 +148,16 @@ async def run_search(
                 continue
             seen.add((kb.id, chunk.document_id))
         chunks.append(chunk)
+    outcome = None
+    if rerank is not None:
+        chunks, outcome = await rerank.apply(retrieval.query, chunks, budget.remaining(time.monotonic()))
+        chunks = [chunk for chunk in chunks if not below(chunk, retrieval.score_threshold)]
     return SearchResult(chunks=tuple(chunks[: retrieval.top_k]), surplus=tuple(chunks[retrieval.top_k :]),
-                        applied_filters=plan.applied_filters, dropped=dropped)
+                        applied_filters=plan.applied_filters, dropped=dropped, rerank=outcome)
+
+
+def below(chunk: Chunk, threshold: float) -> bool:
+    return threshold > 0 and (chunk.score is None or chunk.score < threshold)
 
 
 class Retriever:
@@ -157,8 +175,12 @@ class Retriever:
         mapping_ttl_s: float = 60.0,
         on_dropped: Callable[[int], None] | None = None,
         on_embedded: Callable[[float, bool], None] | None = None,
+        reranker: Reranker | None = None,
+        reranks: Callable[[set[str], RetrievalMode], bool] = lambda _kbs, _mode: False,
     ) -> None:
         self._engine = engine
+        self._rerank = Stage(reranker, scoring.rerank.logistic()) if reranker is not None else None
+        self._reranks = reranks
         self._on_dropped = on_dropped
         self._on_embedded = on_embedded
         self._scoring = scoring
@@ -213,9 +235,13 @@ class Retriever:
                                  detail=f"{index} has no {VECTOR_FIELD} field; run `es-provider kb reindex`")
         types = await self._metadata_types(index, budget) if retrieval.metadata is not None else None
         vector = await self._query_vector(embedder_name, retrieval.query, budget) if embedder_name else None
+        rerank = None
+        if self._rerank is not None and self._reranks({kb.id for kb in retrieval.knowledge}, mode):
+            rerank = self._rerank
+            retrieval = dataclasses.replace(retrieval, candidates=self._rerank.reranker.settings.candidates)
         result = await run_search(
             self._engine, retrieval, budget, scoring=self._scoring, mode=mode, vector=vector, mapped=mapped,
-            metadata_types=types,
+            metadata_types=types, rerank=rerank,
         )
         if result.dropped and self._on_dropped is not None:
             self._on_dropped(result.dropped)

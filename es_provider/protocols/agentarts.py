@@ -158,7 +158,8 @@ async def search(request: web.Request) -> web.Response:
         ), budget)
         page = result.chunks[req.offset : req.offset + req.limit]
         access.note(request, served=served(page))
-        return kit.answer({"total": len(result.chunks), "search_result_list": [render_chunk(c) for c in page]})
+        return kit.answer({"total": len(result.chunks), "search_result_list": [render_chunk(c) for c in page]},
+                          rerank=result.rerank)
 
 
 def _list_of(required: dict[str, Any], **optional: Any) -> dict[str, Any]:

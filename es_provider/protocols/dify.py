@@ -162,7 +162,7 @@ async def search(request: web.Request) -> web.Response:
                 metadata=conditions,
             ), budget)
         access.note(request, served=served(result.chunks))
-        return kit.answer({"records": [render_record(c) for c in result.chunks]})
+        return kit.answer({"records": [render_record(c) for c in result.chunks]}, rerank=result.rerank)
 
 
 _DIFY_RECORDS = {"type": "object", "required": ["records"], "properties": {"records": {"type": "array", "items": {

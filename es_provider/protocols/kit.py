@@ -120,5 +120,11 @@ def default_budget(services: Services) -> Budget:
     return fixed_budget(services.settings.server.default_budget_ms, now_monotonic=time.monotonic())
 
 
-def answer(body: Mapping[str, Any] | bytes) -> web.Response:
-    return web.Response(body=body if isinstance(body, bytes) else orjson.dumps(body), content_type="application/json")
+def answer(body: Mapping[str, Any] | bytes, *, rerank: str | None = None) -> web.Response:
+    """The JSON answer; with a rerank stage, the `X-Rerank` header says whether its order is the reranker's
+    ("applied") or the first stage's ("first-stage: <reason>")."""
+    response = web.Response(body=body if isinstance(body, bytes) else orjson.dumps(body),
+                            content_type="application/json")
+    if rerank is not None:
+        response.headers["X-Rerank"] = rerank
+    return response

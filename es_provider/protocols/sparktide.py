@@ -21,8 +21,9 @@ from es_provider import access, auth
 from es_provider.acl import Filter, Identity, ordered
 from es_provider.config import FilterName, KnowledgeBase, Settings
 from es_provider.deadline import budget_from_deadline
-from es_provider.domain import SearchRequest, SearchResult, Served, served
+from es_provider.domain import SearchRequest, SearchResult, served
 from es_provider.errors import ErrorCode, KnowledgeError, forbidden, protocol_error, unauthenticated
+from es_provider.idempotency import Answer
 from es_provider.logs import REQUEST_IDS
 from es_provider.protocols import kit
 from es_provider.protocols import sparktide_items as items
@@ -193,17 +194,18 @@ async def callback(request: web.Request) -> web.Response:
 
         # Search and answer, once per executionId: one execution may ask several knowledge bases, each once; a
         # retry, or a duplicate still in flight, gets the same bytes.
-        async def search() -> tuple[bytes, tuple[Served, ...]]:
+        async def search() -> Answer:
             result = await services.retriever.search(search_request, budget)
             rendered = render_answer(result, legacy=kb.protocol == "legacy", top_k=search_request.top_k)
             for problem in rendered.problems:
                 log.warning("result item: %s", problem, extra={"executionId": req.executionId})
-            return rendered.body, served(rendered.served)
+            return rendered.body, served(rendered.served), result.rerank
 
         key = (kb.id, version, req.appId, req.executionId)
-        body, answered = await services.idempotency.once(key, fingerprint(data, identity), search, time.monotonic)
+        body, answered, rerank = await services.idempotency.once(key, fingerprint(data, identity), search,
+                                                                time.monotonic)
         access.note(request, served=answered)
-        return kit.answer(body)
+        return kit.answer(body, rerank=rerank)
 
 
 def callback_credential(settings: Settings, allowed: Collection[str], kb: KnowledgeBase | None) -> str:

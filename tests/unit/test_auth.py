@@ -88,8 +88,8 @@ def test_idempotency_cache() -> None:
     cache = IdempotencyCache(window_s=60)
     key = ("kb", "1.0.0", "app", "exec")
     assert cache.get(key, b"f", 0) is None
-    cache.put(key, b"f", (b"answer", ()), 0)
-    assert cache.get(key, b"f", 59) == (b"answer", ())
+    cache.put(key, b"f", (b"answer", (), None), 0)
+    assert cache.get(key, b"f", 59) == (b"answer", (), None)
     with pytest.raises(KnowledgeError) as caught:
         cache.get(key, b"other", 59)
     assert caught.value.code is ErrorCode.REQUEST_REJECTED and caught.value.status == 422

@@ -267,11 +267,11 @@ def test_idempotency_memory_is_bounded_in_bytes_oldest_first() -> None:
     cache = IdempotencyCache(window_s=300, max_bytes=64 * 1024, on_size=sizes.append)
     body = b"x" * 10_000
     for n in range(50):
-        cache.put(("kb", "1", "app", f"e{n}"), b"f", (body, ()), now=float(n))
+        cache.put(("kb", "1", "app", f"e{n}"), b"f", (body, (), None), now=float(n))
     assert cache.size_bytes <= 64 * 1024 and max(sizes) <= 64 * 1024
-    assert cache.get(("kb", "1", "app", "e49"), b"f", 50.0) == (body, ())  # the newest is kept
+    assert cache.get(("kb", "1", "app", "e49"), b"f", 50.0) == (body, (), None)  # the newest is kept
     assert cache.get(("kb", "1", "app", "e0"), b"f", 50.0) is None  # the oldest went first
-    cache.put(("kb", "1", "app", "huge"), b"f", (b"y" * 100_000, ()), now=51.0)  # larger than the budget: not kept
+    cache.put(("kb", "1", "app", "huge"), b"f", (b"y" * 100_000, (), None), now=51.0)  # larger than the budget: not kept
     assert cache.get(("kb", "1", "app", "huge"), b"f", 52.0) is None
-    assert cache.get(("kb", "1", "app", "e49"), b"f", 52.0) == (body, ())
+    assert cache.get(("kb", "1", "app", "e49"), b"f", 52.0) == (body, (), None)
     assert cache.get(("kb", "1", "app", "e49"), b"f", 400.0) is None and cache.size_bytes == 0  # expired

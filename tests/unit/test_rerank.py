@@ -1,0 +1,134 @@
+"""rerank.py's pure parts: the two API shapes, what counts as a reranker fault, and the rescored order."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from es_provider.calibration import Logistic
+from es_provider.config import RerankSettings, Settings
+from es_provider.domain import Chunk
+from es_provider.rerank import (
+    RENDER_MARGIN_S,
+    Reranker,
+    RerankFault,
+    Stage,
+    parse_answer,
+    passage,
+    reordered,
+    request_body,
+)
+
+
+def chunk(n: int, score: float = 0.5, title: str | None = None) -> Chunk:
+    return Chunk("kb", f"c{n}", f"d{n}", f"text {n}", title, "t", {}, {}, score)
+
+
+def test_request_bodies() -> None:
+    assert request_body("cohere", "m", "q", ["a", "b"]) == {
+        "model": "m", "query": "q", "documents": ["a", "b"], "top_n": 2, "return_documents": False}
+    assert request_body("tei", None, "q", ["a"]) == {
+        "query": "q", "texts": ["a"], "raw_scores": False, "return_text": False}
+
+
+@pytest.mark.parametrize(("api", "payload", "expected"), [
+    ("cohere", {"results": [{"index": 1, "relevance_score": 0.9}, {"index": 0, "relevance_score": 0.2}]},
+     [(1, 0.9), (0, 0.2)]),
+    # Sorted by score whatever order the server lists them in (TEI sorts; a server need not).
+    ("cohere", {"results": [{"index": 0, "relevance_score": 0.1}, {"index": 1, "relevance_score": 0.7}]},
+     [(1, 0.7), (0, 0.1)]),
+    ("tei", [{"index": 0, "score": 0.3}, {"index": 1, "score": 0.8}], [(1, 0.8), (0, 0.3)]),
+    ("tei", [{"index": 1, "score": 1}, {"index": 0, "score": 1}], [(1, 1.0), (0, 1.0)]),  # ties keep its order
+])
+def test_answers_parse(api: Any, payload: Any, expected: list[tuple[int, float]]) -> None:
+    assert parse_answer(api, payload, 2) == expected
+
+
+@pytest.mark.parametrize(("api", "payload", "fault"), [
+    ("cohere", {"results": [{"index": 2, "relevance_score": 0.9}, {"index": 0, "relevance_score": 0.2}]},
+     "not one of the 2 candidates"),
+    ("cohere", {"results": [{"index": -1, "relevance_score": 0.9}, {"index": 0, "relevance_score": 0.2}]},
+     "not one of"),
+    ("cohere", {"results": [{"index": 0, "relevance_score": 0.9}, {"index": 0, "relevance_score": 0.2}]},
+     "answered twice"),
+    ("cohere", {"results": [{"index": 0, "relevance_score": math.nan}, {"index": 1, "relevance_score": 0.2}]},
+     "not a finite number"),
+    ("cohere", {"results": [{"index": 0, "relevance_score": "0.9"}, {"index": 1, "relevance_score": 0.2}]},
+     "not a finite number"),
+    ("cohere", {"results": [{"index": True, "relevance_score": 0.9}, {"index": 1, "relevance_score": 0.2}]},
+     "not one of"),
+    ("cohere", {"results": [{"index": 0, "relevance_score": 0.9}]}, "1 of 2 candidates were not scored"),
+    ("cohere", {"data": []}, "expected a list"),
+    ("cohere", [{"index": 0, "relevance_score": 0.9}], "expected a list"),  # the TEI shape on a Cohere API
+    ("tei", {"results": []}, "expected a list"),
+    ("tei", [{"index": 0, "relevance_score": 0.9}, {"index": 1, "relevance_score": 0.9}], "not a finite number"),
+    ("tei", [None, {"index": 1, "score": 0.9}], "not one of"),
+    ("tei", [{"index": 0, "score": math.inf}, {"index": 1, "score": 0.9}], "not a finite number"),
+])
+def test_faults(api: Any, payload: Any, fault: str) -> None:
+    with pytest.raises(RerankFault, match=fault) as raised:
+        parse_answer(api, payload, 2)
+    assert raised.value.reason == "malformed"
+
+
+def test_reordered_follows_the_reranker_and_scores_fall() -> None:
+    chunks = [chunk(0, 0.9), chunk(1, 0.8), chunk(2, 0.7)]
+    mapping = Logistic(-3.0, 1.0, 3.0, -0.1, 0.5)
+    out = reordered(chunks, [(2, 0.95), (0, 0.5), (1, 0.01)], mapping)
+    assert [c.chunk_id for c in out] == ["c2", "c0", "c1"]
+    scores = [c.score for c in out]
+    assert all(s is not None and 0 < s < 1 for s in scores)
+    assert scores == sorted(scores, reverse=True)  # type: ignore[type-var]
+    assert out[0].score == pytest.approx(mapping.probability(0.95, 0.95, 1, (0.95 - 0.5) / 0.95))
+
+
+def test_passage_carries_the_title_and_is_cut() -> None:
+    assert passage(chunk(1), 100) == "text 1"
+    assert passage(chunk(1, title="T"), 100) == "T\ntext 1"
+    assert passage(chunk(1, title="Title"), 4) == "Titl"
+
+
+def settings(**changes: Any) -> RerankSettings:
+    return RerankSettings.model_validate({"url": "http://127.0.0.1:9/v1/rerank", "model": "m", "knowledge": ["kb"],
+                                          **changes})
+
+
+async def test_no_time_left_means_the_first_stage_without_a_call(caplog: pytest.LogCaptureFixture) -> None:
+    fallbacks: list[str] = []
+    reranker = Reranker(settings(), {}, on_fallback=fallbacks.append)
+    stage = Stage(reranker, Logistic(0.0, 1.0, 0.0, 0.0))
+    chunks = [chunk(0, 0.9), chunk(1, 0.8)]
+    for _ in range(3):
+        out, outcome = await stage.apply("q", chunks, remaining_s=RENDER_MARGIN_S / 2)
+        assert out == chunks and outcome == "first-stage: no_time"
+    assert fallbacks == ["no_time"] * 3
+    assert len([r for r in caplog.records if "first-stage order" in r.message]) == 1  # once per window
+    assert await stage.apply("q", [], remaining_s=5.0) == ([], "applied")  # nothing to rerank: no call
+    await reranker.close()
+
+
+@pytest.mark.parametrize(("changes", "error"), [
+    ({"api": "cohere", "model": None}, "needs a model"),
+    ({"url": "ftp://x/rerank"}, "pattern"),
+    ({"knowledge": []}, "at least 1"),
+    ({"modes": ["bm25", "semantic"]}, "modes"),
+])
+def test_settings_refused(changes: dict[str, Any], error: str) -> None:
+    with pytest.raises(ValidationError, match=error):
+        settings(**changes)
+
+
+def test_which_searches_rerank() -> None:
+    s = Settings.model_validate({"knowledge": [
+        {"id": k, "name": k, "versions": ["1"], "alias": k, "secret_ref": "S", "apps": ["a"]} for k in ("a", "b")],
+        "rerank": {"url": "http://r/rerank", "api": "tei", "knowledge": ["a"], "modes": ["bm25", "hybrid"]}},
+        strict=False)
+    assert s.reranks({"a"}, "bm25") and s.reranks({"a"}, "hybrid")
+    assert not s.reranks({"a"}, "vector")  # a mode it does not follow
+    assert not s.reranks({"a", "b"}, "bm25")  # b does not use it
+    assert not s.reranks(set(), "bm25")
+    with pytest.raises(ValidationError, match="unknown knowledge base 'c'"):
+        Settings.model_validate({"rerank": {"url": "http://r/rerank", "api": "tei", "knowledge": ["c"]}})

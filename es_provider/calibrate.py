@@ -5,6 +5,11 @@ of the top-10 hits relevant or not from the judgments, and fits per mode: BM25 a
 first picks the BM25 share of the fusion that ranks best (nDCG@10 over the same queries), then fits the fused
 probability. The result is printed as the `[scoring.*]` TOML sections to paste into the configuration.
 
+BM25 is fitted on every set given, vector and hybrid on the sets whose knowledge base has embeddings, and, with a
+`[rerank]` section, the rerank mode on the sets whose knowledge base uses it: the reranker's scores of the BM25
+top `candidates` hits. Each set counts equally, whatever its number of queries, so that one big set does not decide
+alone.
+
 Judgments: BEIR layout, `queries.jsonl` ({"_id", "text"}) and a qrels TSV (query-id, corpus-id, score; header line),
 where corpus-id is the ingested document_id.
 """
@@ -26,6 +31,7 @@ from es_provider.domain import SearchRequest
 from es_provider.embedders import Embedder
 from es_provider.engine import Engine
 from es_provider.query import build_hybrid, build_search, query_terms
+from es_provider.rerank import Reranker, passage
 
 TOP = 10
 WEIGHTS = tuple(i / 10 for i in range(11))
@@ -40,6 +46,7 @@ class Judged:
     terms: dict[str, int] = field(default_factory=dict)
     bm25: dict[str, list[Hit]] = field(default_factory=dict)
     vector: dict[str, list[Hit]] = field(default_factory=dict)
+    rerank: dict[str, list[tuple[Hit, float | None]]] = field(default_factory=dict)  # in the reranker's order
 
 
 def load_judgments(queries_path: Path, qrels_path: Path) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
@@ -64,23 +71,36 @@ def _relevant(judged: Judged, qid: str, hit: Hit) -> bool:
 
 
 async def collect(
-    engine: Engine, kb: KnowledgeBase, judged: Judged, embedder: Embedder | None, *, depth: int = 30
+    engine: Engine, kb: KnowledgeBase, judged: Judged, embedder: Embedder | None, *, depth: int = 30,
+    reranker: Reranker | None = None,
 ) -> None:
-    """Runs every judged query as the service would (no permission filters: an operator's tool) and keeps the hits."""
+    """Runs every judged query as the service would (no permission filters: an operator's tool) and keeps the hits;
+    with a reranker, also its order and scores of the BM25 leg's first `candidates` hits."""
     identity = Identity.of("calibrate", None, None, frozenset())
+    candidates = reranker.settings.candidates if reranker is not None else 0
     for qid, text in judged.queries.items():
         judged.terms[qid] = query_terms(text)
-        request = SearchRequest((kb,), text, identity, (), TOP)
+        request = SearchRequest((kb,), text, identity, (), TOP, candidates=candidates)
         budget = Budget(time.monotonic() + 60.0)
         if embedder is None:
             response = await engine.search(kb.alias, build_search(request, timeout_ms=60_000).body, budget)
-            judged.bm25[qid] = response.get("hits", {}).get("hits", [])[:TOP]
-            continue
-        vector = await embedder.query(text)
-        plan = build_hybrid(request, vector, depth=depth, timeout_ms=60_000)
-        bm25, knn = await engine.msearch(kb.alias, list(plan.bodies), budget)
-        judged.bm25[qid] = bm25.get("hits", {}).get("hits", [])
-        judged.vector[qid] = knn.get("hits", {}).get("hits", [])
+            judged.bm25[qid] = response.get("hits", {}).get("hits", [])
+        else:
+            vector = await embedder.query(text)
+            plan = build_hybrid(request, vector, depth=depth, timeout_ms=60_000)
+            bm25, knn = await engine.msearch(kb.alias, list(plan.bodies), budget)
+            judged.bm25[qid] = bm25.get("hits", {}).get("hits", [])
+            judged.vector[qid] = knn.get("hits", {}).get("hits", [])
+        if reranker is not None:
+            judged.rerank[qid] = await _reranked(reranker, text, judged.bm25[qid][: max(TOP, candidates)])
+
+
+async def _reranked(reranker: Reranker, query: str, hits: list[Hit]) -> list[tuple[Hit, float | None]]:
+    limit = reranker.settings.max_characters
+    texts = [passage((h.get("_source") or {}).get("title"), str((h.get("_source") or {}).get("content", "")), limit)
+             for h in hits]
+    ranked = await reranker.rank(query, texts, reranker.settings.timeout_ms / 1000) if texts else []
+    return [(hits[index], score) for index, score in ranked]
 
 
 def _rows(judged: Judged, legs: Mapping[str, Sequence[Hit]], *, per_term: bool) -> list[Row]:
@@ -112,6 +132,7 @@ class Fitted:
     hybrid: Logistic | None = None
     hybrid_weight: float | None = None
     hybrid_ndcg: dict[float, float] = field(default_factory=dict)
+    rerank: Logistic | None = None
 
     def toml(self) -> str:
         def section(name: str, m: Logistic) -> str:
@@ -121,32 +142,51 @@ class Fitted:
         parts = [section("bm25", self.bm25)]
         if self.vector is not None and self.hybrid is not None:
             parts += [section("vector", self.vector), section("hybrid", self.hybrid)]
+        if self.rerank is not None:
+            parts.append(section("rerank", self.rerank))
         text = "\n".join(parts)
         if self.hybrid_weight is not None:
             text = f"[scoring]\nhybrid_weight = {self.hybrid_weight}\n\n" + text
         return text
 
 
+def _equal(parts: Sequence[Sequence[Row]]) -> tuple[list[Row], list[float]]:
+    """The rows of several sets, and weights under which each set counts as much as any other."""
+    total = sum(len(rows) for rows in parts)
+    weights = [total / (len(parts) * len(rows)) for rows in parts for _ in rows]
+    return [row for rows in parts for row in rows], weights
+
+
+def _fit_sets(parts: Sequence[Sequence[Row]]) -> Logistic:
+    rows, weights = _equal([p for p in parts if p])
+    return fit(rows, weights=weights)
+
+
 def fit_all(sets: Sequence[Judged]) -> Fitted:
-    bm25 = fit([row for judged in sets for row in _rows(judged, judged.bm25, per_term=True)])
-    if not all(judged.vector for judged in sets):
-        return Fitted(bm25)
-    vector = fit([row for judged in sets for row in _rows(judged, judged.vector, per_term=False)])
+    bm25 = _fit_sets([_rows(judged, judged.bm25, per_term=True) for judged in sets])
+    rerank = None
+    if any(judged.rerank for judged in sets):
+        rerank = _fit_sets([_scored_rows(judged, {q: pairs[:TOP] for q, pairs in judged.rerank.items()})
+                            for judged in sets if judged.rerank])
+    embedded = [judged for judged in sets if judged.vector]
+    if not embedded:
+        return Fitted(bm25, rerank=rerank)
+    vector = _fit_sets([_rows(judged, judged.vector, per_term=False) for judged in embedded])
     # The BM25 share that ranks best on these queries (mean over the sets, so a big set does not decide alone).
     legs = [{qid: (calibrate_leg(j.bm25[qid], bm25, per=j.terms[qid]), calibrate_leg(j.vector[qid], vector))
              for qid in j.queries}
-            for j in sets]
+            for j in embedded]
     quality: dict[float, float] = {}
     for weight in WEIGHTS:
         ranked = [{qid: [hit for hit, _ in fuse(b, v, weight=weight)] for qid, (b, v) in per_set.items()}
                   for per_set in legs]
-        quality[weight] = sum(ndcg_at_10(j, r) for j, r in zip(sets, ranked, strict=True)) / len(sets)
+        quality[weight] = sum(ndcg_at_10(j, r) for j, r in zip(embedded, ranked, strict=True)) / len(embedded)
     weight = max(WEIGHTS, key=lambda w: (round(quality[w], 4), -abs(w - 0.5)))
-    rows = []
-    for judged, per_set in zip(sets, legs, strict=True):
+    parts = []
+    for judged, per_set in zip(embedded, legs, strict=True):
         fused = {qid: fuse(b, v, weight=weight)[:TOP] for qid, (b, v) in per_set.items()}
-        rows += _scored_rows(judged, fused)
-    return Fitted(bm25, vector, fit(rows), weight, {w: round(q, 4) for w, q in quality.items()})
+        parts.append(_scored_rows(judged, fused))
+    return Fitted(bm25, vector, _fit_sets(parts), weight, {w: round(q, 4) for w, q in quality.items()}, rerank)
 
 
 def _scored_rows(

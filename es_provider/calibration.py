@@ -110,18 +110,20 @@ def fuse(
     return [(first[key], fused[key]) for key in order]
 
 
-def fit(rows: Sequence[Row], *, ridge: float = 1e-3) -> Logistic:
-    """Logistic regression (Newton's method) of relevance on (score, top score, rank, lead) rows. A feature whose
-    weight comes out with the wrong sign (it would let a lower-ranked hit score higher) is left out and the rest
-    refitted; `lead` is the same for every hit of a search, so either sign keeps the order."""
+def fit(rows: Sequence[Row], *, ridge: float = 1e-3, weights: Sequence[float] | None = None) -> Logistic:
+    """Logistic regression (Newton's method) of relevance on (score, top score, rank, lead) rows, each row counted
+    with its weight (1 by default). A feature whose weight comes out with the wrong sign (it would let a
+    lower-ranked hit score higher) is left out and the rest refitted; `lead` is the same for every hit of a search,
+    so either sign keeps the order."""
     x = np.array([features(s, t, r, lead) for s, t, r, lead, _ in rows], dtype=float)
     y = np.array([1.0 if rel else 0.0 for *_, rel in rows])
+    counted = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=float)
     keep = [True, True, True, True]
     signs = (1.0, 1.0, -1.0, 0.0)
     while True:
         columns = [i for i in range(4) if keep[i]]
         design = np.column_stack([np.ones(len(y)), x[:, columns]])
-        w = _newton(design, y, ridge)
+        w = _newton(design, y, counted, ridge)
         wrong = [c for c, value in zip(columns, w[1:], strict=True) if value * signs[c] < 0]
         if not wrong:
             break
@@ -132,14 +134,14 @@ def fit(rows: Sequence[Row], *, ridge: float = 1e-3) -> Logistic:
     return Logistic(float(w[0]), *full)
 
 
-def _newton(design: np.ndarray, y: np.ndarray, ridge: float) -> np.ndarray:
+def _newton(design: np.ndarray, y: np.ndarray, counted: np.ndarray, ridge: float) -> np.ndarray:
     w = np.zeros(design.shape[1])
     penalty = ridge * np.eye(design.shape[1])
     penalty[0, 0] = 0.0  # the intercept is not shrunk
     for _ in range(100):
         p = 1.0 / (1.0 + np.exp(-np.clip(design @ w, -60, 60)))
-        gradient = design.T @ (p - y) + penalty @ w
-        hessian = design.T @ (design * (p * (1 - p))[:, None]) + penalty
+        gradient = design.T @ (counted * (p - y)) + penalty @ w
+        hessian = design.T @ (design * (counted * p * (1 - p))[:, None]) + penalty
         step = np.linalg.solve(hessian, gradient)
         w -= step
         if np.max(np.abs(step)) < 1e-9:

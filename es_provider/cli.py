@@ -319,6 +319,7 @@ def cmd_access(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
     from es_provider import calibrate
+    from es_provider.rerank import Reranker, RerankFault
 
     if not (len(args.kb) == len(args.queries) == len(args.qrels)):
         return _fail("give --kb, --queries and --qrels once per judged set, in the same order", EXIT_USAGE)
@@ -329,14 +330,23 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
         except (OSError, ValueError, KeyError) as exc:
             return _fail(f"judgments: {exc}")
         sets.append((_kb(settings, kb_id), calibrate.Judged(texts, judgments)))
-    if len({kb.embedder is None for kb, _ in sets}) > 1:
-        return _fail("calibrate sets with embeddings and sets without them separately")
 
     async def work(engine: Engine) -> int:
-        for kb, judged in sets:
-            async with _embedder(settings, kb) as embedder:
-                await calibrate.collect(engine, kb, judged, embedder, depth=settings.scoring.fusion_depth)
-            print(f"{kb.id}: {len(judged.queries)} judged queries", file=sys.stderr)
+        reranker = Reranker(settings.rerank, os.environ) if settings.rerank is not None else None
+        try:
+            for kb, judged in sets:
+                reranks = reranker is not None and settings.reranks({kb.id}, "bm25")
+                async with _embedder(settings, kb) as embedder:
+                    try:
+                        await calibrate.collect(engine, kb, judged, embedder, depth=settings.scoring.fusion_depth,
+                                                reranker=reranker if reranks else None)
+                    except RerankFault as fault:
+                        return _fail(f"the reranker failed ({fault.reason}: {fault.detail})")
+                print(f"{kb.id}: {len(judged.queries)} judged queries{' (reranked)' if reranks else ''}",
+                      file=sys.stderr)
+        finally:
+            if reranker is not None:
+                await reranker.close()
         fitted = calibrate.fit_all([judged for _, judged in sets])
         if fitted.hybrid_ndcg:
             print(f"hybrid nDCG@10 by BM25 share: {fitted.hybrid_ndcg}", file=sys.stderr)

@@ -25,6 +25,7 @@ from es_provider.auth import read_secret
 from es_provider.calibration import Logistic, lead_of
 from es_provider.config import RerankApi, RerankSettings
 from es_provider.domain import Chunk
+from es_provider.embedders import passage_text
 
 log = logging.getLogger("es_provider.rerank")
 
@@ -86,9 +87,9 @@ def reordered(chunks: Sequence[Chunk], ranked: Sequence[tuple[int, float]], mapp
             for rank, (index, score) in enumerate(ranked, start=1)]
 
 
-def passage(chunk: Chunk, limit: int) -> str:
-    text = f"{chunk.title}\n{chunk.content}" if chunk.title else chunk.content
-    return text[:limit]
+def passage(title: str | None, content: str, limit: int) -> str:
+    """What the reranker reads of a chunk: the text an embedder reads (its title gives a short chunk context)."""
+    return passage_text(title, content)[:limit]
 
 
 # --- the client ---
@@ -177,7 +178,8 @@ class Stage:
         if wait <= 0:
             return list(chunks), self.reranker.fell_back("no_time", "the deadline leaves no time to rerank")
         try:
-            ranked = await self.reranker.rank(query, [passage(c, s.max_characters) for c in chunks], wait)
+            texts = [passage(c.title, c.content, s.max_characters) for c in chunks]
+            ranked = await self.reranker.rank(query, texts, wait)
         except RerankFault as fault:
             return list(chunks), self.reranker.fell_back(fault.reason, fault.detail)
         return reordered(chunks, ranked, self.mapping), "applied"

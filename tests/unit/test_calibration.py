@@ -8,7 +8,7 @@ import tomllib
 
 import pytest
 
-from es_provider.calibrate import WEIGHTS, Judged, fit_all, ndcg_at_10
+from es_provider.calibrate import WEIGHTS, Judged, _equal, fit_all, ndcg_at_10
 from es_provider.calibration import Logistic, calibrate, calibrate_leg, features, fit, fuse, lead_of, usable
 from es_provider.config import Calibration, ScoringSettings
 
@@ -145,3 +145,29 @@ def test_calibrate_prints_a_configuration_that_loads() -> None:
     assert scoring.hybrid_weight == fitted.hybrid_weight
     assert fitted.vector is not None and scoring.vector.lead == pytest.approx(fitted.vector.lead, abs=1e-4)
     assert scoring.bm25.log_score == pytest.approx(fitted.bm25.log_score, abs=1e-4)
+
+
+def test_each_set_counts_equally() -> None:
+    # A big set whose hits are never relevant and a small one whose hits always are: pooled, the big set would
+    # decide; weighted, the fit lands between them (an answer's probability near one half).
+    big = [(5.0, 5.0, 1, 0.5, False)] * 900
+    small = [(5.0, 5.0, 1, 0.5, True)] * 100
+    rows, weights = _equal([big, small])
+    assert sum(w for w, row in zip(weights, rows, strict=True) if row in big) == pytest.approx(500)
+    assert fit(rows, weights=weights).probability(5.0, 5.0, 1, 0.5) == pytest.approx(0.5, abs=0.02)
+    assert fit(rows).probability(5.0, 5.0, 1, 0.5) == pytest.approx(0.1, abs=0.02)
+
+
+def test_sets_with_and_without_vectors_and_a_rerank_mode_fit_together() -> None:
+    plain = _judged_set(3)
+    plain.vector = {}
+    reranked = _judged_set(4)
+    for qid, hits in reranked.bm25.items():  # a reranker that puts the relevant document first, scored 0.9
+        first = [h for h in hits if h["_source"]["document_id"].endswith("-0")]
+        reranked.rerank[qid] = [(first[0], 0.9)] + [(h, 0.5 - 0.01 * i) for i, h in enumerate(hits) if h not in first]
+    fitted = fit_all([plain, reranked, _judged_set(5)])
+    assert fitted.vector is not None and fitted.hybrid is not None and fitted.rerank is not None
+    scoring = ScoringSettings.model_validate(tomllib.loads(fitted.toml())["scoring"])
+    assert scoring.rerank.logistic().probability(0.9, 0.9, 1, 0.4) > 0.9
+    assert scoring.rerank.logistic().probability(0.5, 0.9, 2, 0.4) < 0.1
+    assert "[scoring.rerank]" not in fit_all([plain]).toml()

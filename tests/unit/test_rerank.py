@@ -86,9 +86,9 @@ def test_reordered_follows_the_reranker_and_scores_fall() -> None:
 
 
 def test_passage_carries_the_title_and_is_cut() -> None:
-    assert passage(chunk(1), 100) == "text 1"
-    assert passage(chunk(1, title="T"), 100) == "T\ntext 1"
-    assert passage(chunk(1, title="Title"), 4) == "Titl"
+    assert passage(None, "text 1", 100) == "text 1"
+    assert passage("T", "text 1", 100) == "T text 1"
+    assert passage("Title", "text 1", 4) == "Titl"
 
 
 def settings(**changes: Any) -> RerankSettings:

@@ -7,8 +7,8 @@ probability. The result is printed as the `[scoring.*]` TOML sections to paste i
 
 BM25 is fitted on every set given, vector and hybrid on the sets whose knowledge base has embeddings, and, with a
 `[rerank]` section, the rerank mode on the sets whose knowledge base uses it: the reranker's scores of the BM25
-top `candidates` hits. Each set counts equally, whatever its number of queries, so that one big set does not decide
-alone.
+top `candidates` hits. Each set counts by its `--weight` (1 by default: equally), whatever its number of queries,
+so that one big set does not decide alone.
 
 Judgments: BEIR layout, `queries.jsonl` ({"_id", "text"}) and a qrels TSV (query-id, corpus-id, score; header line),
 where corpus-id is the ingested document_id.
@@ -47,6 +47,7 @@ class Judged:
     bm25: dict[str, list[Hit]] = field(default_factory=dict)
     vector: dict[str, list[Hit]] = field(default_factory=dict)
     rerank: dict[str, list[tuple[Hit, float | None]]] = field(default_factory=dict)  # in the reranker's order
+    weight: float = 1.0  # its share of a fit, against the other sets' (not its number of queries)
 
 
 def load_judgments(queries_path: Path, qrels_path: Path) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
@@ -150,28 +151,29 @@ class Fitted:
         return text
 
 
-def _equal(parts: Sequence[Sequence[Row]]) -> tuple[list[Row], list[float]]:
-    """The rows of several sets, and weights under which each set counts as much as any other."""
-    total = sum(len(rows) for rows in parts)
-    weights = [total / (len(parts) * len(rows)) for rows in parts for _ in rows]
-    return [row for rows in parts for row in rows], weights
+def _equal(parts: Sequence[tuple[Sequence[Row], float]]) -> tuple[list[Row], list[float]]:
+    """The rows of several (rows, share) sets, weighted so that each set counts by its share, whatever its size."""
+    total = sum(len(rows) for rows, _ in parts)
+    shares = sum(share for _, share in parts)
+    weights = [total * share / (shares * len(rows)) for rows, share in parts for _ in rows]
+    return [row for rows, _ in parts for row in rows], weights
 
 
-def _fit_sets(parts: Sequence[Sequence[Row]]) -> Logistic:
-    rows, weights = _equal([p for p in parts if p])
+def _fit_sets(parts: Sequence[tuple[Sequence[Row], float]]) -> Logistic:
+    rows, weights = _equal([(rows, share) for rows, share in parts if rows])
     return fit(rows, weights=weights)
 
 
 def fit_all(sets: Sequence[Judged]) -> Fitted:
-    bm25 = _fit_sets([_rows(judged, judged.bm25, per_term=True) for judged in sets])
+    bm25 = _fit_sets([(_rows(judged, judged.bm25, per_term=True), judged.weight) for judged in sets])
     rerank = None
     if any(judged.rerank for judged in sets):
-        rerank = _fit_sets([_scored_rows(judged, {q: pairs[:TOP] for q, pairs in judged.rerank.items()})
-                            for judged in sets if judged.rerank])
+        rerank = _fit_sets([(_scored_rows(judged, {q: pairs[:TOP] for q, pairs in judged.rerank.items()}),
+                             judged.weight) for judged in sets if judged.rerank])
     embedded = [judged for judged in sets if judged.vector]
     if not embedded:
         return Fitted(bm25, rerank=rerank)
-    vector = _fit_sets([_rows(judged, judged.vector, per_term=False) for judged in embedded])
+    vector = _fit_sets([(_rows(judged, judged.vector, per_term=False), judged.weight) for judged in embedded])
     # The BM25 share that ranks best on these queries (mean over the sets, so a big set does not decide alone).
     legs = [{qid: (calibrate_leg(j.bm25[qid], bm25, per=j.terms[qid]), calibrate_leg(j.vector[qid], vector))
              for qid in j.queries}
@@ -185,7 +187,7 @@ def fit_all(sets: Sequence[Judged]) -> Fitted:
     parts = []
     for judged, per_set in zip(embedded, legs, strict=True):
         fused = {qid: fuse(b, v, weight=weight)[:TOP] for qid, (b, v) in per_set.items()}
-        parts.append(_scored_rows(judged, fused))
+        parts.append((_scored_rows(judged, fused), judged.weight))
     return Fitted(bm25, vector, _fit_sets(parts), weight, {w: round(q, 4) for w, q in quality.items()}, rerank)
 
 

@@ -321,15 +321,17 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
     from es_provider import calibrate
     from es_provider.rerank import Reranker, RerankFault
 
-    if not (len(args.kb) == len(args.queries) == len(args.qrels)):
-        return _fail("give --kb, --queries and --qrels once per judged set, in the same order", EXIT_USAGE)
+    weights = args.weight or [1.0] * len(args.kb)
+    if not (len(args.kb) == len(args.queries) == len(args.qrels) == len(weights)):
+        return _fail("give --kb, --queries and --qrels (and --weight, if any) once per judged set, in the same order",
+                     EXIT_USAGE)
     sets = []
-    for kb_id, queries, qrels in zip(args.kb, args.queries, args.qrels, strict=True):
+    for kb_id, queries, qrels, weight in zip(args.kb, args.queries, args.qrels, weights, strict=True):
         try:
             texts, judgments = calibrate.load_judgments(Path(queries), Path(qrels))
         except (OSError, ValueError, KeyError) as exc:
             return _fail(f"judgments: {exc}")
-        sets.append((_kb(settings, kb_id), calibrate.Judged(texts, judgments)))
+        sets.append((_kb(settings, kb_id), calibrate.Judged(texts, judgments, weight=weight)))
 
     async def work(engine: Engine) -> int:
         reranker = Reranker(settings.rerank, os.environ) if settings.rerank is not None else None
@@ -477,6 +479,8 @@ def _calibrate_parser(calibrate: argparse.ArgumentParser) -> None:
     calibrate.add_argument("--kb", action="append", required=True, help="a knowledge base holding the judged corpus")
     calibrate.add_argument("--queries", action="append", required=True, help="its queries.jsonl (_id, text)")
     calibrate.add_argument("--qrels", action="append", required=True, help="its judgments TSV (header line first)")
+    calibrate.add_argument("--weight", action="append", type=float,
+                           help="its share of the fit (default: every set counts equally, whatever its size)")
     calibrate.set_defaults(run=cmd_calibrate)
 
 

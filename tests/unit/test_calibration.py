@@ -152,10 +152,12 @@ def test_each_set_counts_equally() -> None:
     # decide; weighted, the fit lands between them (an answer's probability near one half).
     big = [(5.0, 5.0, 1, 0.5, False)] * 900
     small = [(5.0, 5.0, 1, 0.5, True)] * 100
-    rows, weights = _equal([big, small])
+    rows, weights = _equal([(big, 1.0), (small, 1.0)])
     assert sum(w for w, row in zip(weights, rows, strict=True) if row in big) == pytest.approx(500)
     assert fit(rows, weights=weights).probability(5.0, 5.0, 1, 0.5) == pytest.approx(0.5, abs=0.02)
     assert fit(rows).probability(5.0, 5.0, 1, 0.5) == pytest.approx(0.1, abs=0.02)
+    rows, weights = _equal([(big, 1.0), (small, 3.0)])  # a share of three quarters
+    assert fit(rows, weights=weights).probability(5.0, 5.0, 1, 0.5) == pytest.approx(0.75, abs=0.02)
 
 
 def test_sets_with_and_without_vectors_and_a_rerank_mode_fit_together() -> None:

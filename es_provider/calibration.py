@@ -137,7 +137,7 @@ def fit(rows: Sequence[Row], *, ridge: float = 1e-3, weights: Sequence[float] | 
 def _newton(design: np.ndarray, y: np.ndarray, counted: np.ndarray, ridge: float) -> np.ndarray:
     w = np.zeros(design.shape[1])
     penalty = ridge * np.eye(design.shape[1])
-    penalty[0, 0] = 0.0  # the intercept is not shrunk
+    penalty[0, 0] = 1e-9  # the intercept is (all but) not shrunk; never 0, or separable data makes it singular
     for _ in range(100):
         p = 1.0 / (1.0 + np.exp(-np.clip(design @ w, -60, 60)))
         gradient = design.T @ (counted * (p - y)) + penalty @ w

@@ -241,3 +241,34 @@ async def test_a_knowledge_base_without_rerank_is_unchanged_byte_for_byte(engine
             == {h for h in b.headers if h not in ("Date", "X-Access-Record")}
         assert "X-Rerank" not in b.headers
     assert reranker.received == []
+
+
+async def test_calibrate_fits_a_rerank_mode(opensearch, engine, kb, reranker, tmp_path) -> None:
+    import sys
+    import tomllib
+
+    from helpers.served import write_config
+
+    from es_provider.config import ScoringSettings
+
+    await load_records(engine, kb, documents())
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("".join(json.dumps({"_id": f"q{i}", "text": f"alpha {w}"}) + "\n"
+                               for i, w in enumerate(WORDS)), encoding="utf-8")
+    qrels = tmp_path / "qrels.tsv"  # a document is relevant to a query when it names the query's word
+    qrels.write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"q{i}\t{d['document_id']}\t1\n" for i, w in enumerate(WORDS) for d in documents() if w in d["content"]))
+    config = write_config(tmp_path / "config.toml", opensearch.url, [{
+        "id": kb.id, "name": kb.name, "versions": ["1.0.0"], "alias": kb.alias, "secret_ref": "TEST_CALLBACK_KEY",
+        "apps": ["app-1"]}], sections={"rerank": rerank_section(kb.id, reranker.tei_url, "tei", candidates=20)})
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "es_provider.cli", "calibrate", "--config", str(config), "--kb", kb.id,
+        "--queries", str(queries), "--qrels", str(qrels), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    assert "(reranked)" in err.decode()
+    scoring = ScoringSettings.model_validate(tomllib.loads(out.decode())["scoring"])
+    assert scoring.rerank != ScoringSettings().rerank  # fitted, not the default
+    assert len(reranker.received) == len(WORDS)
+    assert all(len(r.body["texts"]) == 20 for r in reranker.received)

@@ -153,7 +153,8 @@ def _relevance(rel: dict[str, Any], images: Path) -> list[str]:
                   f"{_verdict(sci['hybrid']['ndcg_at_10'] >= targets['scifact_hybrid'])}; vector ≥ "
                   f"{targets['scifact_vector']}: {sci['vector']['ndcg_at_10']:.4f}, "
                   f"{_verdict(sci['vector']['ndcg_at_10'] >= targets['scifact_vector'])}."]
-    lines += ["", "### Calibration (fitted on SciFact train by `es-provider calibrate`; measured on test and unseen sets)",
+    lines += ["", "### Calibration (fitted by `es-provider calibrate`: BM25 on SciFact train, DRCD dev at weight 2 and "
+              "TIME's train half (odd query ids); vector and hybrid on SciFact train. Measured on the test splits)",
               "", "Over all returned top-10 items: expected calibration error (10 bins), items kept at 0.5 and their "
               "precision, recall of all judged-relevant documents at 0.5, and the share of queries whose relevant "
               "top-1 item scores ≥ 0.5. Targets on SciFact test: ECE ≤ 0.10, precision ≥ 0.5, top-1 ≥ 0.70.", "",
@@ -163,6 +164,8 @@ def _relevance(rel: dict[str, Any], images: Path) -> list[str]:
     for name, modes in rel["vector_sets"].items():
         tables += [(name, mode, row["calibration"]) for mode, row in modes.items()]
     tables += [(name, "bm25 (BM25-only base)", row["calibration_bm25"]) for name, row in rel["sets"].items()]
+    tables += [(f"{name} (test half: even ids)", "bm25 (BM25-only base)", row["calibration_bm25_test_half"])
+               for name, row in rel["sets"].items() if "calibration_bm25_test_half" in row]
     for name, mode, cal in tables:
         lines.append(f"| {name} | {mode} | {cal['items']} | {cal['ece']:.4f} | {cal['kept_at_05']} | "
                      f"{_fmt(cal['precision_at_05'])} | {_fmt(cal['recall_at_05'])} | {_fmt(cal['top1_relevant_at_05'])} |")
@@ -173,6 +176,12 @@ def _relevance(rel: dict[str, Any], images: Path) -> list[str]:
             lines.append(f"- SciFact test, {mode}: ECE {cal['ece']:.4f} {_verdict(cal['ece'] <= targets['ece'])}; "
                          f"precision at 0.5 {precision:.4f} {_verdict(precision >= targets['precision_at_05'])}; "
                          f"relevant top-1 ≥ 0.5 {top1:.4f} {_verdict(top1 >= targets['top1_at_05'])}.")
+    time_half = rel["sets"].get("time", {}).get("calibration_bm25_test_half")
+    if time_half:
+        top1 = time_half["top1_relevant_at_05"] or 0
+        lines.append(f"- TIME's test half (long documents, several relevant each), bm25: ECE {time_half['ece']:.4f} "
+                     f"{_verdict(time_half['ece'] <= 0.15)} (≤ 0.15); relevant top-1 ≥ 0.5 {top1:.4f} "
+                     f"{_verdict(top1 >= 0.5)} (≥ 0.5).")
     lines += ["", "The fitted parameters, written into the configuration the service ran with above; config.py's "
               "defaults were copied from them (a rerun builds new kNN graphs, so the last digits of a refit may "
               "differ):", "", "```toml", rel["calibration_fitted"].strip(), "```", ""]
@@ -180,6 +189,44 @@ def _relevance(rel: dict[str, Any], images: Path) -> list[str]:
     if made:
         lines += [f"![reliability diagram](img/{made})", ""]
     lines += [f"- ingest: {k}: {v['ingest']}" for k, v in rel["ingest"].items()] + [""]
+    return lines
+
+
+def _rerank(found: dict[str, Any]) -> list[str]:
+    lines = ["## 14. The rerank stage", "",
+             f"Reranker: {found['model']}. The best rerank model this machine runs offline is a bi-encoder, not a "
+             "cross-encoder: these figures show the stage working (order, calibration, fallbacks, cost in the "
+             "service), not what a cross-encoder adds. Measure your own model with `RERANK_URL=… RERANK_API=cohere "
+             "RERANK_MODEL=… make bench BENCH_ARGS=\"--sections rerank\"` (RERANK_KEY for a bearer key).", "",
+             "Candidates, chosen on SciFact TRAIN and DRCD DEV (its first 1,000 questions): nDCG@10 through the "
+             "service.", "", "| candidates | " + " | ".join(next(iter(found["choice"].values()))) + " |",
+             "|---|" + "---|" * len(next(iter(found["choice"].values())))]
+    for candidates, scores in found["choice"].items():
+        mark = " (chosen)" if int(candidates) == found["candidates"] else ""
+        lines.append(f"| {candidates}{mark} | " + " | ".join(f"{v:.4f}" for v in scores.values()) + " |")
+    lines += ["", "With and without the stage (default ingest, BM25 first stage, AgentArts top_k 10), and the "
+              "calibration of the reranked answers (fitted on SciFact train, DRCD dev at weight 2 and TIME's train "
+              "half):", "",
+              "| set | nDCG@10 without | nDCG@10 with | change | ECE with | relevant top-1 ≥ 0.5 with |",
+              "|---|---|---|---|---|---|"]
+    for name, row in found["sets"].items():
+        off, on = row["without"], row["with"]
+        cal = on["calibration"]
+        lines.append(f"| {name} | {off['ndcg_at_10']:.4f} | {on['ndcg_at_10']:.4f} | "
+                     f"{on['ndcg_at_10'] - off['ndcg_at_10']:+.4f} | {cal['ece']:.4f} | "
+                     f"{_fmt(cal['top1_relevant_at_05'])} |")
+    lat = found["latency"]
+    lines += ["", f"Cost at concurrency 1 (SciFact test, {lat['requests_per_round']} requests per round, rounds "
+              "interleaved without/with):", "",
+              "| round | without: p50 ms / service CPU ms | with: p50 ms / service CPU ms / reranker CPU ms |",
+              "|---|---|---|"]
+    for i, (off, on) in enumerate(zip(lat["rounds"]["without"], lat["rounds"]["with"], strict=True), start=1):
+        lines.append(f"| {i} | {off['p50_ms']:.2f} / {off['service_cpu_ms']:.2f} | {on['p50_ms']:.2f} / "
+                     f"{on['service_cpu_ms']:.2f} / {on['reranker_cpu_ms']:.2f} |")
+    lines += ["", f"- Added p50: {lat['added_p50_ms']:+.2f} ms; added service CPU per request: "
+                  f"{lat['added_service_cpu_ms']:+.2f} ms (medians of the rounds). The reranker's own time is "
+                  "its model's: a cross-encoder reading 30 passages takes far longer than this bi-encoder with "
+                  "passage vectors kept.", "", "```toml", found["calibration_fitted"].strip(), "```", ""]
     return lines
 
 
@@ -575,7 +622,8 @@ def render(results: Path, docs: Path) -> Path:
     if relevance:
         lines += _relevance(relevance, docs / "img")
     for name, section in (("hotpath", _hotpath), ("workers", _workers), ("scale", _scale), ("engines", _engines),
-                          ("identities", _identities), ("access", _access), ("stages", _stages)):
+                          ("identities", _identities), ("access", _access), ("stages", _stages),
+                          ("rerank", _rerank)):
         found = _load(results, name)
         if found:
             found.pop("machine", None)

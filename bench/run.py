@@ -15,6 +15,8 @@
 6. relevance the service with DEFAULT ingest against the engine over whole documents on SciFact, TIME and DRCD;
             vector and hybrid on SciFact and a Chinese set; calibrated scores fitted on SciFact train and measured
             on test (bench/relevance.py).
+14. rerank  the rerank stage with and without on SciFact, TIME and DRCD: its candidates, calibration, added p50
+            and CPU per request (bench/rerank.py; RERANK_URL etc. measure your own rerank model).
 
 7. hotpath  ingest against the best raw bulk load on the same mapping; mapping variants; embedding rates.
 8. workers  serve --workers 1 vs 2; the replay store in the engine vs in memory.
@@ -271,7 +273,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=scifact.DEFAULT_DATA, help="SciFact in the BEIR layout")
     parser.add_argument("--sections", default="ingest,quality,latency,acl,semantic,relevance,hotpath,workers,scale,engines,"
-                        "identities,access,stages")
+                        "identities,access,stages,rerank")
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds per measurement")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
@@ -399,6 +401,13 @@ def main() -> None:
         results["stages"]["sampled"] = profile.run(
             url, MAIN, hotpath.config_with(work / "profile.toml", url, [MAIN, hotpath.SIGNED]), list(queries.values()))
         write_result("stages", {"machine": info, **results["stages"]})
+
+    if "rerank" in sections:
+        print("14/14 the rerank stage: with and without, its candidates, calibration and cost", flush=True)
+        from bench import rerank
+
+        results["rerank"] = rerank.run(work, url, max(2, args.rounds))
+        write_result("rerank", {"machine": info, **results["rerank"]})
 
     results["total_seconds"] = round(time.monotonic() - started)
     from bench.report import render

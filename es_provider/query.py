@@ -23,7 +23,7 @@ from es_provider.domain import SearchRequest
 LATIN_FIELDS = ("title.en", "content.en")
 CJK_FIELDS = ("title.en", "content.en", "title.cjk", "content.cjk")
 MAX_QUERY_UNITS = 200
-# Each chunk also indexes its neighbours' text (`context`, ingest/writer.py); a chunk whose surroundings match the
+# Each chunk also indexes its document's text (`context`, ingest/writer.py); a chunk whose document matches the
 # query ranks higher. Measured on SciFact train and DRCD dev (docs/benchmarks.md "relevance"): weight 0.5. Its
 # clause sees the first CONTEXT_UNITS units only, so the whole query stays under 1024 clauses (4×200 + 2×64).
 CONTEXT_WEIGHT = 0.5

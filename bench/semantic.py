@@ -167,7 +167,7 @@ def run(work: Path, records: Path, url: str, queries: dict[str, str], qrels: dic
                      "passage text = title + ' ' + chunk",
             "index": "the same chunk documents with a knn_vector field (Lucene HNSW, cosinesimil, m 16, "
                      "ef_construction 128)",
-            "chunks": "default ingest (2,000 characters, neighbour context, one chunk per document in answers)",
+            "chunks": "default ingest (2,000 characters, document context, one chunk per document in answers)",
             "bm25": "the service's BM25 query (calibrated score, section 6)",
             "vector": "knn query, k = 2 × (topK + surplus), permission filters inside the kNN query",
             "hybrid": f"BM25 and kNN legs in one _msearch, {scoring.fusion_depth}+ hits each, fused as "

@@ -32,6 +32,8 @@ log = logging.getLogger("es_provider.rerank")
 # Kept for rendering and sending the answer after the reranker's: its wait is the request's budget less this.
 RENDER_MARGIN_S = 0.025
 LOG_WINDOW_S = 60.0
+# An answer for 1,024 candidates is about 50 KB; a server that sends more is not read to the end.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
 
 Reason = Literal["unreachable", "timeout", "status", "malformed", "no_time"]
 # What the answer says (the X-Rerank header): "applied", or "first-stage: <reason>".
@@ -94,6 +96,15 @@ def passage(title: str | None, content: str, limit: int) -> str:
 
 # --- the client ---
 
+async def _bounded(response: aiohttp.ClientResponse) -> bytes:
+    raw = bytearray()
+    async for piece in response.content.iter_chunked(65536):
+        raw += piece
+        if len(raw) > MAX_ANSWER_BYTES:
+            raise RerankFault("malformed", f"answer larger than {MAX_ANSWER_BYTES} bytes")
+    return bytes(raw)
+
+
 class Reranker:
     """One keep-alive HTTP client for the configured rerank API."""
 
@@ -127,7 +138,7 @@ class Reranker:
                     self._client().post(s.url, data=body, headers=self._headers) as response:
                 if response.status != 200:
                     raise RerankFault("status", f"answered {response.status}")
-                raw = await response.read()
+                raw = await _bounded(response)
             try:
                 payload = orjson.loads(raw)
             except orjson.JSONDecodeError:

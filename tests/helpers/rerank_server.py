@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 Scorer = Callable[[str, Sequence[str]], Awaitable[list[float]]]
-BEHAVIOURS = ("ok", "status", "not_json", "bad_index", "duplicate", "nan", "missing", "slow", "hang")
+BEHAVIOURS = ("ok", "status", "not_json", "bad_index", "duplicate", "nan", "missing", "huge", "slow", "hang")
 
 
 def hashed(query: str, texts: Sequence[str]) -> list[float]:
@@ -56,7 +56,7 @@ class RerankServer:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/rerank", self._cohere)
         app.router.add_post("/rerank", self._tei)
-        app.router.add_get("/healthz", lambda _: web.json_response({"status": "ok"}))
+        app.router.add_get("/healthz", _healthz)
         return app
 
     async def start(self, port: int = 0) -> RerankServer:
@@ -84,6 +84,9 @@ class RerankServer:
             return web.json_response({"error": "model overloaded"}, status=503)
         if self.behaviour == "not_json":
             return web.Response(text="<html>bad gateway</html>", content_type="text/html")
+        if self.behaviour == "huge":  # valid JSON, endless padding
+            return web.Response(text='{"results": [], "padding": "' + "x" * 6_000_000 + '"}',
+                                content_type="application/json")
         scores = await self.scorer(body["query"], texts)
         rows = sorted(({"index": i, score_key: s} for i, s in enumerate(scores)), key=lambda r: -r[score_key])
         if self.behaviour == "bad_index":
@@ -108,6 +111,10 @@ def _dumps(value: Any) -> str:
     import json
 
     return json.dumps(value)  # writes NaN as NaN, as a broken server would
+
+
+async def _healthz(_: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
 
 
 async def _hashed(query: str, texts: Sequence[str]) -> list[float]:

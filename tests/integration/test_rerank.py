@@ -173,7 +173,7 @@ async def test_the_reranker_never_receives_what_the_identity_may_not_read(engine
     assert len(reranker.received) > 800 and seen > 8_000  # most identities read something; the oracle was exercised
 
 
-FAULTS = ["down", "status", "not_json", "bad_index", "duplicate", "nan", "missing", "slow", "hang"]
+FAULTS = ["down", "status", "not_json", "bad_index", "duplicate", "nan", "missing", "huge", "slow", "hang"]
 REASONS = {"down": "unreachable", "status": "status", "slow": "timeout", "hang": "timeout"}
 
 

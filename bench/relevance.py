@@ -129,8 +129,9 @@ async def _engine_answers(url: str, index: str, queries: dict[str, str],
     return answers
 
 
-async def _load_index(url: str, index: str, records: Path, size: int) -> int:
-    """The records chunked by the service's own chunker at `size`, bulk-loaded into a fresh index (service mapping)."""
+async def _load_index(url: str, index: str, records: Path, size: int, *, neighbours: bool = False) -> int:
+    """The records chunked by the service's own chunker at `size`, bulk-loaded into a fresh index (service mapping);
+    with `neighbours`, each chunk's context is the chunk with the one before and after (the previous default)."""
     from opensearchpy import AsyncOpenSearch, helpers
 
     from es_provider.admin import load_index_body
@@ -140,7 +141,11 @@ async def _load_index(url: str, index: str, records: Path, size: int) -> int:
     docs = []
     for line in records.open(encoding="utf-8"):
         doc = SourceDocument.of(DocumentRecord.model_validate(json.loads(line)))
-        docs += chunk_documents(doc, size=size, overlap=100)
+        chunks = chunk_documents(doc, size=size, overlap=100)
+        if neighbours:
+            for position, chunk in enumerate(chunks):
+                chunk["context"] = "\n\n".join(c["content"] for c in chunks[max(0, position - 1) : position + 2])
+        docs += chunks
     client = AsyncOpenSearch(url, timeout=300)
     try:
         if await client.indices.exists(index=index):
@@ -179,12 +184,13 @@ def _plain_body(text: str) -> dict[str, Any]:
         "query": query, "fields": list(text_fields(query)), "type": "best_fields", "tie_breaker": 0.5}}}
 
 
-VARIANTS = (  # (label, chunk size, context clause, one chunk per document)
-    ("1,000 characters, every chunk competes (the previous default)", 1000, False, False),
-    ("2,000 characters, every chunk competes", 2000, False, False),
-    ("2,000 characters, one chunk per document", 2000, False, True),
-    ("1,000 characters, context, one chunk per document", 1000, True, True),
-    ("2,000 characters, context, one chunk per document (the default)", 2000, True, True),
+VARIANTS = (  # (label, chunk size, context clause, one chunk per document, context of the neighbours only)
+    ("1,000 characters, every chunk competes (the previous default)", 1000, False, False, False),
+    ("2,000 characters, every chunk competes", 2000, False, False, False),
+    ("2,000 characters, one chunk per document", 2000, False, True, False),
+    ("1,000 characters, document context, one chunk per document", 1000, True, True, False),
+    ("2,000 characters, neighbours' context, one chunk per document (the previous default)", 2000, True, True, True),
+    ("2,000 characters, document context, one chunk per document (the default)", 2000, True, True, False),
 )
 
 
@@ -194,14 +200,25 @@ def engine_side(url: str, name: str, records: Path, queries: dict[str, str],
     asyncio.run(_load_index(url, index, records, 16384))
     answers = asyncio.run(_engine_answers(url, index, queries, _plain_body))
     out: dict[str, Any] = {"whole_documents": measure(answers, answers, qrels), "alternatives": []}
-    for size in sorted({v[1] for v in VARIANTS}):
-        chunks = asyncio.run(_load_index(url, index, records, size))
-        for label, variant_size, context, collapse in VARIANTS:
-            if variant_size != size:
+    if name == "time":  # its test half too: the queries nothing was chosen on
+        held = time_half(0)[1]
+        mine = {q: a for q, a in answers.items() if q in held}
+        out["whole_documents_test_half"] = measure(mine, mine, held)
+    for size, neighbours in sorted({(v[1], v[4]) for v in VARIANTS}):
+        chunks = asyncio.run(_load_index(url, index, records, size, neighbours=neighbours))
+        for label, variant_size, context, collapse, variant_neighbours in VARIANTS:
+            if (variant_size, variant_neighbours) != (size, neighbours):
                 continue
             answers = asyncio.run(_engine_answers(
                 url, index, queries, lambda t, c=context, o=collapse: _body(t, context=c, collapse=o)))
-            out["alternatives"].append({"variant": label, "chunks": chunks, **measure(answers, answers, qrels)})
+            row = {"variant": label, "chunks": chunks, **measure(answers, answers, qrels)}
+            if name == "time":
+                for half, part in (("train_half", 1), ("test_half", 0)):
+                    judged_half = time_half(part)[1]
+                    mine = {q: a for q, a in answers.items() if q in judged_half}
+                    row[half] = measure(mine, mine, judged_half)["ndcg_at_10"]
+            out["alternatives"].append(row)
+    out["alternatives"].sort(key=lambda row: [v[0] for v in VARIANTS].index(row["variant"]))
     return out
 
 
@@ -306,10 +323,11 @@ def run(work: Path, url: str) -> dict[str, Any]:
             engine = engine_side(url, name, records[name], queries, qrels)
             ours, top10 = service_quality(svc.base, name, queries, qrels)
             out["sets"][name] = {**engine, "service_default": ours, "calibration_bm25": calibration_table(top10, qrels)}
-            if name == "time":  # its test half: the queries the calibration did not see
+            if name == "time":  # its test half: the queries nothing was chosen or fitted on
                 held = time_half(0)[1]
-                out["sets"][name]["calibration_bm25_test_half"] = calibration_table(
-                    {q: a for q, a in top10.items() if q in held}, held)
+                mine = {q: a for q, a in top10.items() if q in held}
+                out["sets"][name]["calibration_bm25_test_half"] = calibration_table(mine, held)
+                out["sets"][name]["service_default_test_half"] = measure(mine, mine, held)
             print(f"    whole documents {engine['whole_documents']}; service {ours}", flush=True)
         for name, kb_id, (queries, qrels) in (
                 ("scifact", "scifact-hybrid", judged("scifact", "test")),

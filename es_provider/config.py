@@ -405,8 +405,10 @@ class RerankSettings(ConfigModel):
     """cohere: the model name sent with each request (required there)."""
     key_ref: EnvName | None = None
     """Env var (or `<NAME>_FILE`) holding the bearer key, if the API needs one."""
-    candidates: int = Field(default=30, ge=1, le=1024)
-    """How many first-stage chunks it sees (at least topK plus the usual surplus)."""
+    candidates: int = Field(default=10, ge=1, le=1024)
+    """How many first-stage chunks it sees, at least (never fewer than topK plus the usual surplus: 15 for topK
+    10). Chosen on SciFact train and DRCD dev with the bench's reranker (docs/benchmarks.md §14); a strong
+    cross-encoder may gain from more, at the cost of its time: measure yours."""
     timeout_ms: int = Field(default=1000, ge=10, le=60_000)
     """Longest wait for its answer; the request's deadline (less a margin for rendering) shortens it."""
     knowledge: list[Ident] = Field(min_length=1)

@@ -5,9 +5,9 @@ of the top-10 hits relevant or not from the judgments, and fits per mode: BM25 a
 first picks the BM25 share of the fusion that ranks best (nDCG@10 over the same queries), then fits the fused
 probability. The result is printed as the `[scoring.*]` TOML sections to paste into the configuration.
 
-BM25 is fitted on every set given, vector and hybrid on the sets whose knowledge base has embeddings, and, with a
-`[rerank]` section, the rerank mode on the sets whose knowledge base uses it: the reranker's scores of the BM25
-top `candidates` hits. Each set counts by its `--weight` (1 by default: equally), whatever its number of queries,
+BM25 is fitted on every set given, vector and hybrid (with its own BM25 leg) on the sets whose knowledge base has
+embeddings, and, with a `[rerank]` section, the rerank mode on the sets whose knowledge base uses it: the
+reranker's scores of the BM25 top `candidates` hits. Each set counts by its `--weight` (1 by default: equally), whatever its number of queries,
 so that one big set does not decide alone.
 
 Judgments: BEIR layout, `queries.jsonl` ({"_id", "text"}) and a qrels TSV (query-id, corpus-id, score; header line),
@@ -134,6 +134,7 @@ class Fitted:
     hybrid_weight: float | None = None
     hybrid_ndcg: dict[float, float] = field(default_factory=dict)
     rerank: Logistic | None = None
+    hybrid_bm25: Logistic | None = None
 
     def toml(self) -> str:
         def section(name: str, m: Logistic) -> str:
@@ -141,8 +142,9 @@ class Fitted:
                     f"relative = {m.relative:.4f}\nlog_rank = {m.log_rank:.4f}\nlead = {m.lead:.4f}\n")
 
         parts = [section("bm25", self.bm25)]
-        if self.vector is not None and self.hybrid is not None:
-            parts += [section("vector", self.vector), section("hybrid", self.hybrid)]
+        if self.vector is not None and self.hybrid is not None and self.hybrid_bm25 is not None:
+            parts += [section("vector", self.vector), section("hybrid", self.hybrid),
+                      section("hybrid_bm25", self.hybrid_bm25)]
         if self.rerank is not None:
             parts.append(section("rerank", self.rerank))
         text = "\n".join(parts)
@@ -174,8 +176,10 @@ def fit_all(sets: Sequence[Judged]) -> Fitted:
     if not embedded:
         return Fitted(bm25, rerank=rerank)
     vector = _fit_sets([(_rows(judged, judged.vector, per_term=False), judged.weight) for judged in embedded])
+    # The BM25 leg of a fusion: fitted on the sets with embeddings only, like the rest of hybrid.
+    leg = _fit_sets([(_rows(judged, judged.bm25, per_term=True), judged.weight) for judged in embedded])
     # The BM25 share that ranks best on these queries (mean over the sets, so a big set does not decide alone).
-    legs = [{qid: (calibrate_leg(j.bm25[qid], bm25, per=j.terms[qid]), calibrate_leg(j.vector[qid], vector))
+    legs = [{qid: (calibrate_leg(j.bm25[qid], leg, per=j.terms[qid]), calibrate_leg(j.vector[qid], vector))
              for qid in j.queries}
             for j in embedded]
     quality: dict[float, float] = {}
@@ -188,7 +192,7 @@ def fit_all(sets: Sequence[Judged]) -> Fitted:
     for judged, per_set in zip(embedded, legs, strict=True):
         fused = {qid: fuse(b, v, weight=weight)[:TOP] for qid, (b, v) in per_set.items()}
         parts.append((_scored_rows(judged, fused), judged.weight))
-    return Fitted(bm25, vector, _fit_sets(parts), weight, {w: round(q, 4) for w, q in quality.items()}, rerank)
+    return Fitted(bm25, vector, _fit_sets(parts), weight, {w: round(q, 4) for w, q in quality.items()}, rerank, leg)
 
 
 def _scored_rows(

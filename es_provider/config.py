@@ -128,6 +128,11 @@ class ScoringSettings(ConfigModel):
     """Vector mode (s: Lucene's (1 + cosine)/2). Fitted likewise."""
     hybrid: Calibration = Calibration(intercept=0.8459, log_score=1.3833, relative=0.3408, log_rank=0.0, lead=0.6621)
     """Hybrid mode (s: the two legs' fused probability). Fitted likewise."""
+    hybrid_bm25: Calibration = Calibration(intercept=-13.2755, log_score=1.6308, relative=9.6494, log_rank=0.0,
+                                           lead=5.6864)
+    """Hybrid: the BM25 leg's probability before the fusion (as `bm25`, fitted on the judged sets with embeddings
+    only: the fusion weight and the hybrid mapping are fitted with it, so BM25 alone can be fitted on more kinds of
+    collection without moving hybrid)."""
     hybrid_weight: float = Field(default=0.6, ge=0, le=1)
     """Hybrid: the BM25 leg's share of the fused probability (the vector leg has the rest); fitted likewise."""
     fusion_depth: int = Field(default=30, ge=1, le=1024)
@@ -400,8 +405,10 @@ class RerankSettings(ConfigModel):
     """cohere: the model name sent with each request (required there)."""
     key_ref: EnvName | None = None
     """Env var (or `<NAME>_FILE`) holding the bearer key, if the API needs one."""
-    candidates: int = Field(default=30, ge=1, le=1024)
-    """How many first-stage chunks it sees (at least topK plus the usual surplus)."""
+    candidates: int = Field(default=10, ge=1, le=1024)
+    """How many first-stage chunks it sees, at least (never fewer than topK plus the usual surplus: 15 for topK
+    10). Chosen on SciFact train and DRCD dev with the bench's reranker (docs/benchmarks.md §14); a strong
+    cross-encoder may gain from more, at the cost of its time: measure yours."""
     timeout_ms: int = Field(default=1000, ge=10, le=60_000)
     """Longest wait for its answer; the request's deadline (less a margin for rendering) shortens it."""
     knowledge: list[Ident] = Field(min_length=1)

@@ -64,7 +64,7 @@ def scored_hits(
     the query's BM25 term count (query.query_terms), by which BM25 scores are divided."""
     legs = [response.get("hits", {}).get("hits", []) for response in responses]
     if mode == "hybrid":
-        bm25 = calibrate_leg(legs[0], scoring.bm25.logistic(), per=terms)
+        bm25 = calibrate_leg(legs[0], scoring.hybrid_bm25.logistic(), per=terms)
         vector = calibrate_leg(legs[1], scoring.vector.logistic())
         return calibrate(fuse(bm25, vector, weight=scoring.hybrid_weight), scoring.hybrid.logistic())
     if mode == "vector":

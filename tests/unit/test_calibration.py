@@ -169,6 +169,7 @@ def test_sets_with_and_without_vectors_and_a_rerank_mode_fit_together() -> None:
         reranked.rerank[qid] = [(first[0], 0.9)] + [(h, 0.5 - 0.01 * i) for i, h in enumerate(hits) if h not in first]
     fitted = fit_all([plain, reranked, _judged_set(5)])
     assert fitted.vector is not None and fitted.hybrid is not None and fitted.rerank is not None
+    assert fitted.hybrid_bm25 is not None and fitted.hybrid_bm25 != fitted.bm25  # the leg: sets with vectors only
     scoring = ScoringSettings.model_validate(tomllib.loads(fitted.toml())["scoring"])
     assert scoring.rerank.logistic().probability(0.9, 0.9, 1, 0.4) > 0.9
     assert scoring.rerank.logistic().probability(0.5, 0.9, 2, 0.4) < 0.1

@@ -7,8 +7,8 @@ probability. The result is printed as the `[scoring.*]` TOML sections to paste i
 
 BM25 is fitted on every set given, vector and hybrid (with its own BM25 leg) on the sets whose knowledge base has
 embeddings, and, with a `[rerank]` section, the rerank mode on the sets whose knowledge base uses it: the
-reranker's scores of the BM25 top `candidates` hits. Each set counts by its `--weight` (1 by default: equally), whatever its number of queries,
-so that one big set does not decide alone.
+reranker's scores of the BM25 top `candidates` hits. Each set counts by its `--weight` (1 by default: equally),
+whatever its number of queries, so that one big set does not decide alone.
 
 Judgments: BEIR layout, `queries.jsonl` ({"_id", "text"}) and a qrels TSV (query-id, corpus-id, score; header line),
 where corpus-id is the ingested document_id.

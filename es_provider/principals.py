@@ -7,7 +7,10 @@ within about one poll. The request path reads the store only on a cache miss. Wh
 longer than `max_staleness_s`, lookups fail closed (503) instead of answering with older groups.
 
 The store is authoritative for the subjects it knows (a user, or the tombstone of a deleted or renamed one);
-`[principals]` in the configuration serves every other subject.
+`[principals]` in the configuration serves every other subject. It knows a subject as SCIM compares userName
+(NFC, case-insensitive; externalId, when that is the subject attribute, exactly): a request for `dana-r@x.com`
+is told what the store says of `Dana-R@x.com`, so a deactivation or deletion holds for every spelling. What a
+subject grants in document ACLs is still matched exactly (acl.py).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -48,13 +52,29 @@ UNKNOWN = Membership(known=False, active=False)
 INACTIVE = Membership(known=True, active=False)
 
 
+def subject_key(subject: str, *, case_exact: bool = False) -> str:
+    """Pure: the form in which the store compares subjects, SCIM's for userName (NFC, lowercase; scim2-models
+    compares and keeps userName unique so); externalId is caseExact (RFC 7643), compared as it is."""
+    return subject if case_exact else unicodedata.normalize("NFC", subject).lower()
+
+
+def subject_forms(subject: str) -> list[str]:
+    """Pure: the spellings to ask the engine for, case-insensitively (its folding works per code point, so NFC and
+    NFD are asked for apart); `membership` then compares each candidate by `subject_key`."""
+    return sorted({subject, unicodedata.normalize("NFC", subject), unicodedata.normalize("NFD", subject)})
+
+
 def membership(subject: str, users_and_tombstones: Iterable[Mapping[str, Any]],
-               groups_of_users: Callable[[list[str]], frozenset[str]] | None = None) -> Membership:
-    """Pure: a subject's membership from the store's user and tombstone documents for it (`_source`s). Active
-    users' ids are passed to `groups_of_users` (None: not asked yet, groups left empty). Two users claiming one
-    subject (possible when it is `externalId`) is ambiguous: no grant at all (fail closed)."""
-    docs = list(users_and_tombstones)
-    users = [d for d in docs if d.get("kind") == "User" and d.get("subject") == subject]
+               groups_of_users: Callable[[list[str]], frozenset[str]] | None = None, *,
+               case_exact: bool = False) -> Membership:
+    """Pure: a subject's membership from the store's user and tombstone documents for it (`_source`s), the same
+    subject as `subject_key` compares it. Active users' ids are passed to `groups_of_users` (None: not asked yet,
+    groups left empty). Two users claiming one subject (possible when it is `externalId`) is ambiguous: no grant at
+    all (fail closed)."""
+    key = subject_key(subject, case_exact=case_exact)
+    docs = [d for d in users_and_tombstones
+            if isinstance(d.get("subject"), str) and subject_key(d["subject"], case_exact=case_exact) == key]
+    users = [d for d in docs if d.get("kind") == "User"]
     if len(users) > 1:
         log.warning("principal store: %d users claim subject %r; granting it nothing", len(users), subject)
         return INACTIVE
@@ -64,7 +84,7 @@ def membership(subject: str, users_and_tombstones: Iterable[Mapping[str, Any]],
             return INACTIVE
         groups = groups_of_users([user["scim_id"]]) if groups_of_users is not None else frozenset()
         return Membership(known=True, active=True, groups=groups)
-    if any(d.get("kind") == "Tombstone" and d.get("subject") == subject for d in docs):
+    if any(d.get("kind") == "Tombstone" for d in docs):
         return INACTIVE  # deleted or renamed: never falls back to the configuration file
     return UNKNOWN
 
@@ -83,6 +103,7 @@ class PrincipalStore:
         self._stale_s = settings.directory.max_staleness_s
         self._clock = clock
         self._max_age_s = settings.directory.cache_max_age_s
+        self._case_exact = settings.scim.subject_attribute == "externalId"
         self._cache: OrderedDict[str, tuple[Membership, float]] = OrderedDict()  # with when it was read
         # The counter's (seq_no, primary_term, nonce): None = no store seen yet. The nonce tells a re-created
         # index's counter from the old one at the same seq_no.
@@ -156,17 +177,22 @@ class PrincipalStore:
         return found
 
     async def _read(self, subject: str, budget: Budget) -> Membership:
-        query = {"bool": {"filter": [{"terms": {"kind": ["User", "Tombstone"]}}, {"term": {"subject": subject}}]}}
-        docs = [hit["_source"] for hit in await self._engine.search_documents(self._index, query, size=10,
+        spelled = ({"term": {"subject": subject}} if self._case_exact else {"bool": {"should": [
+            {"term": {"subject": {"value": form, "case_insensitive": True}}} for form in subject_forms(subject)]}})
+        query = {"bool": {"filter": [{"terms": {"kind": ["User", "Tombstone"]}}, spelled]}}
+        docs = [hit["_source"] for hit in await self._engine.search_documents(self._index, query, size=100,
                                                                                budget=budget)]
-        first = membership(subject, docs)
+        first = membership(subject, docs, case_exact=self._case_exact)
         if not first.active:
             return first
-        user_ids = [d["scim_id"] for d in docs if d.get("kind") == "User"]
+        key = subject_key(subject, case_exact=self._case_exact)
+        user_ids = [d["scim_id"] for d in docs if d.get("kind") == "User"
+                    and subject_key(str(d.get("subject")), case_exact=self._case_exact) == key]
         groups_query = {"bool": {"filter": [{"term": {"kind": "Group"}}, {"terms": {"members": user_ids}}]}}
         groups = await self._engine.search_documents(self._index, groups_query, size=MAX_GROUPS, budget=budget,
                                                      source=["name"])
-        return membership(subject, docs, lambda _: group_names(hit["_source"] for hit in groups))
+        return membership(subject, docs, lambda _: group_names(hit["_source"] for hit in groups),
+                          case_exact=self._case_exact)
 
 
 class Principals:

@@ -179,3 +179,41 @@ async def test_a_retry_after_a_revocation_is_not_answered_from_memory(engine, kb
     finally:
         await engine.delete_index(index)
 
+
+
+DANA_DOCS = [{"document_id": "dana-notes", "title": "Notes", "tenant_id": "team-a",
+              "content": "installation notes of dana", "acl": {"subjects": ["dana-r@x.com"]}},
+             {"document_id": "eng-plan", "title": "Plan", "tenant_id": "team-a", "content": "installation plan",
+              "acl": {"groups": ["eng"]}}]
+
+
+async def test_a_case_variant_of_a_subject_is_the_store_s_subject(engine, kb, client_for) -> None:
+    """Hardening III finding 2: the store keeps userName unique case-insensitively, so `dana-r@x.com` is the user
+    `Dana-R@x.com`: once that user is deactivated or deleted, the variant reads nothing (not its own ACL entries,
+    not the [principals] groups listed under that spelling). Failed before the fix: the variant was "unknown to the
+    store" and kept reading both."""
+    index = f"test-principals-{uuid.uuid4().hex}"
+    await load_records(engine, kb, DANA_DOCS)
+    await put_user(engine, index, "d1", "Dana-R@x.com")
+    await announce_change(engine, index)
+    client = await client_for(kb, directory=directory_settings(index), principals={"dana-r@x.com": ["eng"]},
+                              api_keys=[api_key([kb.id], subjects=["*"], groups=[])])
+    try:
+        # Active: the store speaks for the variant (its groups: none; not the file's eng), and the subject grants
+        # the ACL entries that name the spelling the platform sent.
+        assert await sparktide_documents(client, "dana-r@x.com") == (200, {"dana-notes"})
+        assert await key_documents(client, "dana-r@x.com") == ({"dana-notes"}, {"dana-notes"})
+        await put_user(engine, index, "d1", "Dana-R@x.com", active=False)
+        await announce_change(engine, index)
+        assert await eventually(lambda: sparktide_documents(client, "dana-r@x.com"), (200, set())) == (200, set())
+        assert await key_documents(client, "dana-r@x.com") == (set(), set())
+        assert await sparktide_documents(client, "DANA-R@X.COM") == (200, set())
+        # Deleted: the tombstone holds for every spelling too.
+        await engine.delete_document(index, directory.doc_id("User", "d1"))
+        await engine.put_document(index, directory.doc_id("Tombstone", "Dana-R@x.com"),
+                                  directory.tombstone_doc("Dana-R@x.com"))
+        await announce_change(engine, index)
+        assert await eventually(lambda: sparktide_documents(client, "dana-r@x.com"), (200, set())) == (200, set())
+        assert await key_documents(client, "dana-r@x.com") == (set(), set())
+    finally:
+        await engine.delete_index(index)

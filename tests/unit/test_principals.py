@@ -10,7 +10,15 @@ import pytest
 from es_provider.acl import Filter, Identity, permission_clauses, visible
 from es_provider.config import Settings
 from es_provider.deadline import fixed_budget
-from es_provider.principals import INACTIVE, UNKNOWN, Membership, Principals, membership
+from es_provider.principals import (
+    INACTIVE,
+    UNKNOWN,
+    Membership,
+    Principals,
+    membership,
+    subject_forms,
+    subject_key,
+)
 
 ALICE = {"kind": "User", "scim_id": "u1", "subject": "alice", "active": True}
 
@@ -25,12 +33,34 @@ ALICE = {"kind": "User", "scim_id": "u1", "subject": "alice", "active": True}
         ([{"kind": "Tombstone", "subject": "alice"}], INACTIVE),  # deleted: never back to the file
         ([{"kind": "Tombstone", "subject": "alice"}, ALICE], Membership(True, True, frozenset({"eng"}))),  # re-made
         ([ALICE, {**ALICE, "scim_id": "u2"}], INACTIVE),  # two users claim one subject: ambiguous, nothing
-        ([{**ALICE, "subject": "Alice"}], UNKNOWN),  # subjects are exact, as in document ACLs
+        # The store knows a subject as SCIM compares userName (Hardening III finding 2): any case, NFC.
+        ([{**ALICE, "subject": "Alice"}], Membership(True, True, frozenset({"eng"}))),
+        ([{**ALICE, "subject": "ALICE", "active": False}], INACTIVE),
+        ([{"kind": "Tombstone", "subject": "Alice"}], INACTIVE),
+        ([{**ALICE, "subject": "alicé"}], UNKNOWN),  # another name
+        ([ALICE, {**ALICE, "scim_id": "u2", "subject": "Alice"}], INACTIVE),  # two spellings, two users: ambiguous
         ([{**ALICE, "scim_id": None}], INACTIVE),
     ],
 )
 def test_membership(docs: list[dict[str, Any]], expected: Membership) -> None:
     assert membership("alice", docs, lambda ids: frozenset({"eng"}) if ids == ["u1"] else frozenset()) == expected
+
+
+@pytest.mark.parametrize(
+    ("subject", "stored", "case_exact", "known"),
+    [
+        pytest.param("dana-r@x.com", "Dana-R@x.com", False, True, id="userName-any-case"),
+        pytest.param("caf\u00e9", "cafe\u0301", False, True, id="userName-nfc-nfd"),
+        pytest.param("dana-r@x.com", "Dana-R@x.com", True, False, id="externalId-exact"),
+        pytest.param("ABC-1", "ABC-1", True, True, id="externalId-same"),
+        pytest.param("dana", "dana\u200b", False, False, id="zero-width-space-is-another-name"),
+    ],
+)
+def test_which_stored_subjects_are_the_same(subject: str, stored: str, case_exact: bool, known: bool) -> None:
+    docs = [{"kind": "Tombstone", "subject": stored}]
+    assert membership(subject, docs, case_exact=case_exact).known is known
+    assert (subject_key(subject, case_exact=case_exact) == subject_key(stored, case_exact=case_exact)) is known
+    assert subject in subject_forms(subject)
 
 
 class FakeStore:

@@ -3,9 +3,10 @@
 
 It only ever sees chunks that passed the identity's filters and the per-hit re-check (retrieval.py calls it after
 both), and only their text and the query: never an identity, never another caller's chunk. Its answer can only
-reorder them: an index outside the list, a repeated index, a missing one or a score that is not a finite number is
-a fault of the reranker, and a fault, an error, a timeout or no time left means the first-stage order, counted and
-logged (once per reason per minute), never an error for the caller.
+reorder them: an index outside the list, a repeated index, a missing one, a score that is not a finite number or
+that the calibration cannot map, and a redirect (never followed) are faults of the reranker; a fault, an error, a
+timeout or no time left means the first-stage order, counted and logged (once per reason per minute), never an
+error for the caller.
 """
 
 from __future__ import annotations
@@ -81,12 +82,20 @@ def parse_answer(api: RerankApi, payload: Any, count: int) -> list[tuple[int, fl
 
 
 def reordered(chunks: Sequence[Chunk], ranked: Sequence[tuple[int, float]], mapping: Logistic) -> list[Chunk]:
-    """The chunks in the reranker's order, each scored by the rerank mode's calibration (calibration.py)."""
+    """The chunks in the reranker's order, each scored by the rerank mode's calibration (calibration.py). Finite
+    scores whose ratios overflow (`[5e-324, -1e308]`: s/s_top and the lead are infinite, their sum inf − inf) cannot
+    be calibrated: a RerankFault, never a chunk without a score."""
     scores = [score for _, score in ranked]
     top = max(scores, default=0.0)
     lead = lead_of(scores)
-    return [replace(chunks[index], score=mapping.probability(score, top, rank, lead))
-            for rank, (index, score) in enumerate(ranked, start=1)]
+    out = []
+    for rank, (index, score) in enumerate(ranked, start=1):
+        p = mapping.probability(score, top, rank, lead)
+        if not (math.isfinite(lead) and math.isfinite(score / top if top > 0 else 1.0) and math.isfinite(p)):
+            raise RerankFault("malformed", f"score {score!r} of index {index} cannot be calibrated "
+                                           f"(best score {top!r})")
+        out.append(replace(chunks[index], score=p))
+    return out
 
 
 def passage(title: str | None, content: str, limit: int) -> str:
@@ -135,7 +144,8 @@ class Reranker:
         ok = False
         try:
             async with asyncio.timeout(timeout_s), \
-                    self._client().post(s.url, data=body, headers=self._headers) as response:
+                    self._client().post(s.url, data=body, headers=self._headers, allow_redirects=False) as response:
+                # Never followed: a redirect would re-post the query and the caller's permitted texts elsewhere.
                 if response.status != 200:
                     raise RerankFault("status", f"answered {response.status}")
                 raw = await _bounded(response)
@@ -191,6 +201,6 @@ class Stage:
         try:
             texts = [passage(c.title, c.content, s.max_characters) for c in chunks]
             ranked = await self.reranker.rank(query, texts, wait)
+            return reordered(chunks, ranked, self.mapping), "applied"
         except RerankFault as fault:
             return list(chunks), self.reranker.fell_back(fault.reason, fault.detail)
-        return reordered(chunks, ranked, self.mapping), "applied"

@@ -20,7 +20,8 @@ from typing import Any
 from aiohttp import web
 
 Scorer = Callable[[str, Sequence[str]], Awaitable[list[float]]]
-BEHAVIOURS = ("ok", "status", "not_json", "bad_index", "duplicate", "nan", "missing", "huge", "slow", "hang")
+BEHAVIOURS = ("ok", "status", "not_json", "bad_index", "duplicate", "nan", "missing", "huge", "slow", "hang", "extreme",
+              "redirect")
 
 
 def hashed(query: str, texts: Sequence[str]) -> list[float]:
@@ -40,6 +41,7 @@ class RerankServer:
         self.scorer = scorer or _hashed
         self.behaviour = "ok"
         self.delay_s = 0.0  # "slow": answers after this long
+        self.redirect_to = ""  # "redirect": a 307 to this URL (another origin)
         self.received: list[Received] = []
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -82,6 +84,8 @@ class RerankServer:
             await asyncio.sleep(self.delay_s)
         if self.behaviour == "status":
             return web.json_response({"error": "model overloaded"}, status=503)
+        if self.behaviour == "redirect":
+            raise web.HTTPTemporaryRedirect(self.redirect_to)
         if self.behaviour == "not_json":
             return web.Response(text="<html>bad gateway</html>", content_type="text/html")
         if self.behaviour == "huge":  # valid JSON, endless padding
@@ -97,6 +101,9 @@ class RerankServer:
             rows[0][score_key] = math.nan
         elif self.behaviour == "missing":
             rows = rows[:-1]
+        elif self.behaviour == "extreme":  # finite, but their ratios overflow: inf − inf in the calibration
+            for position, row in enumerate(rows):
+                row[score_key] = 5e-324 if position == 0 else -1e308
         return web.Response(text=_dumps(wrap(rows)), content_type="application/json")
 
     async def _cohere(self, request: web.Request) -> web.Response:

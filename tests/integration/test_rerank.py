@@ -176,8 +176,11 @@ async def test_the_reranker_never_receives_what_the_identity_may_not_read(engine
     assert len(reranker.received) > 800 and seen > 8_000  # most identities read something; the oracle was exercised
 
 
-FAULTS = ["down", "status", "not_json", "bad_index", "duplicate", "nan", "missing", "huge", "slow", "hang"]
-REASONS = {"down": "unreachable", "status": "status", "slow": "timeout", "hang": "timeout"}
+# "extreme" (finite scores the calibration cannot map) and "redirect" (a 307 to another origin): Hardening III
+# findings 6 and 7, both served reranked before the fix (6: with "score": null).
+FAULTS = ["down", "status", "not_json", "bad_index", "duplicate", "nan", "missing", "huge", "slow", "hang",
+          "extreme", "redirect"]
+REASONS = {"down": "unreachable", "status": "status", "slow": "timeout", "hang": "timeout", "redirect": "status"}
 
 
 @pytest.mark.parametrize("fault", FAULTS)
@@ -186,6 +189,8 @@ async def test_a_failing_reranker_leaves_the_first_stage_answer(engine, kb, clie
     url = f"http://127.0.0.1:{free_port()}/v1/rerank" if fault == "down" else reranker.cohere_url
     reranker.behaviour = "ok" if fault == "down" else fault
     reranker.delay_s = 1.0
+    elsewhere = await RerankServer().start()  # the redirect's other origin: it must never be asked
+    reranker.redirect_to = elsewhere.cohere_url
     client = await serve(client_for, kb, rerank=rerank_section(kb.id, url, timeout_ms=300))
     plain = await serve(client_for, kb)
     reason = REASONS.get(fault, "malformed")
@@ -200,6 +205,8 @@ async def test_a_failing_reranker_leaves_the_first_stage_answer(engine, kb, clie
         assert elapsed < 0.3 + 1.0  # the rerank wait is bounded by timeout_ms, not by the reranker
     metrics = await (await client.get("/metrics")).text()
     assert f'es_provider_rerank_fallbacks_total{{reason="{reason}"}} 2.0' in metrics
+    assert elsewhere.received == []
+    await elsewhere.close()
 
 
 async def test_the_deadline_bounds_the_rerank_wait(engine, kb, client_for, reranker) -> None:

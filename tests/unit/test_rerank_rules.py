@@ -85,6 +85,23 @@ def test_reordered_follows_the_reranker_and_scores_fall() -> None:
     assert out[0].score == pytest.approx(mapping.probability(0.95, 0.95, 1, (0.95 - 0.5) / 0.95))
 
 
+@pytest.mark.parametrize(
+    "ranked",
+    [
+        pytest.param([(0, 5e-324), (1, -1e308), (2, -1e308)], id="tiny-top-huge-negative"),
+        pytest.param([(0, 1e308), (1, -1e308), (2, -1e308)], id="lead-overflows"),
+    ],
+)
+@pytest.mark.parametrize("mapping", [Logistic(-3.0, 1.0, 3.0, -0.1, 0.5), Logistic(-3.0, 1.0, 3.0, -0.1, 0.0)],
+                         ids=["with-lead", "no-lead"])
+def test_scores_the_calibration_cannot_map_are_a_fault(ranked: list[tuple[int, float]], mapping: Logistic) -> None:
+    """Hardening III finding 6: these were served with "score": null under X-Rerank: applied."""
+    chunks = [chunk(0), chunk(1), chunk(2)]
+    with pytest.raises(RerankFault) as fault:
+        reordered(chunks, ranked, mapping)
+    assert fault.value.reason == "malformed" and "cannot be calibrated" in fault.value.detail
+
+
 def test_passage_carries_the_title_and_is_cut() -> None:
     assert passage(None, "text 1", 100) == "text 1"
     assert passage("T", "text 1", 100) == "T text 1"

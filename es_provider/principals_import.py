@@ -133,6 +133,9 @@ async def import_users(engine: Engine, settings: Settings, lines: list[UserLine]
     users = _by(await directory.every("Users"), directory.subject, "users with the subject")
     groups = _by(await directory.every("Groups"), lambda g: g.get("displayName"), "groups named")
     ids = await _users(directory, lines, users, replace=replace, summary=summary)
+    if replace and summary.users_deleted:
+        # The deleted users left their groups: a removal of a member that is gone is refused (noTarget).
+        groups = _by(await directory.every("Groups"), lambda g: g.get("displayName"), "groups named")
     await _groups(directory, lines, ids, groups, replace=replace, summary=summary)
     return summary
 

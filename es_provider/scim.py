@@ -25,19 +25,24 @@ from aiohttp import hdrs, web
 from scim2_models import (
     AuthenticationScheme,
     Bulk,
+    CaseExact,
     ChangePassword,
     Context,
     Error,
     ETag,
     Filter,
+    InvalidSyntaxException,
+    InvalidValueException,
     Patch,
     PatchOp,
     Resource,
     ResourceType,
     ResponseParameters,
+    Schema,
     SCIMException,
     ScimPolicy,
     ScimProvider,
+    SearchRequest,
     ServiceProviderConfig,
     Sort,
     UnauthorizedException,
@@ -51,7 +56,7 @@ from scim2_server.routing import Operation
 from scim2_server.service import ScimService
 from scim2_server.utils import load_default_resource_types, load_default_schemas
 
-from es_provider import auth
+from es_provider import auth, scim_patch, strictjson
 from es_provider.config import Settings
 from es_provider.engine import Engine
 from es_provider.errors import KnowledgeError, unauthenticated
@@ -84,9 +89,13 @@ CONFIG = ServiceProviderConfig(
 # What identity providers send beyond RFC 7644, as scim2-models names it: Microsoft Entra ID removes a group member
 # with `{"op": "Remove", "path": "members", "value": [{"value": "<id>"}]}`, and replaces `emails[type eq "work"]
 # .value` of a user who has no work email yet. (Capitalised ops, "False" strings and a replace without path whose
-# value is an object, scim2-models accepts as they are.)
+# value is an object, scim2-models accepts as they are.) Service.apply_patch narrows both (scim_patch): members are
+# removed by value alone, and what a removal or a filtered write to members matches nothing of is noTarget.
 POLICY = ScimPolicy(remove_value_as_filter=ScimPolicy.RemoveValue.apply,
                     unmatched_path_filter=ScimPolicy.UnmatchedPathFilter.create)
+
+
+MAX_START_INDEX = 2**31 - 1  # a startIndex past it is a 400: the answer echoes it (and orjson stops at 64 bits)
 
 
 class Service(ScimService):
@@ -97,12 +106,58 @@ class Service(ScimService):
         return self.resource_response(self.publish(base_url, resource), Context.RESOURCE_REPLACEMENT_RESPONSE,
                                       response_parameters)
 
+    def apply_patch(self, current: Resource[Any], patch_op: PatchOp[Any],
+                    conditions: Conditions) -> Resource[Any] | None:
+        """scim2-server's, on the operations scim_patch.normalised makes explicit: members matched by value alone,
+        and a removal (or a filtered write to members) that matches nothing refused with noTarget."""
+        self.check_preconditions(current, "PATCH", conditions)
+        operations = scim_patch.normalised(patch_op.operations or [], current)
+        return current if type(patch_op)(operations=operations).patch(current) else None
+
+    @staticmethod
+    def _strict(body: bytes) -> None:
+        """A body the platform APIs would refuse (a duplicate key at any depth, NaN, a lone surrogate, …) is a 400
+        invalidSyntax here too: which of two `active` keys wins is a guess about a permission."""
+        try:
+            strictjson.loads_object(body)
+        except strictjson.StrictJsonError as exc:
+            raise InvalidSyntaxException(detail=f"body {exc}") from None
+
+    def read_body(self, model: type[Any], body: bytes, content_type: str | None, scim_ctx: Context) -> Any:
+        self.ensure_json(content_type)
+        self._strict(body)
+        return super().read_body(model, body, content_type, scim_ctx)
+
+    def decode_body(self, body: bytes, content_type: str | None) -> Any:
+        self.ensure_json(content_type)
+        self._strict(body)
+        return super().decode_body(body, content_type)
+
+    def read_search(self, resource_types: list[ResourceType], payload: Any) -> tuple[SearchRequest[Any], Any]:
+        searched = super().read_search(resource_types, payload)
+        start = searched[0].start_index
+        if start is not None and start > MAX_START_INDEX:
+            raise InvalidValueException(detail=f"startIndex is at most {MAX_START_INDEX}")
+        return searched
+
+
+def schemas() -> list[Schema]:
+    """RFC 7643's schemas, but a group's displayName is caseExact: ACL groups match by exact name, so a look-up
+    for G-SECRET must never answer g-secret (docs/identities.md, "Names and case")."""
+    loaded = load_default_schemas()
+    group = loaded["urn:ietf:params:scim:schemas:core:2.0:Group"]
+    for attribute in group.attributes or []:
+        if attribute.name == "displayName":
+            attribute.case_exact = CaseExact.true
+    return list(loaded.values())
+
 
 @functools.cache
 def service() -> Service:
-    """The SCIM service: RFC 7643's User (with the enterprise extension) and Group, CONFIG and POLICY."""
-    provider = ScimProvider.from_discovery(load_default_schemas().values(), load_default_resource_types().values(),
-                                           config=CONFIG, policy=POLICY)
+    """The SCIM service: RFC 7643's User (with the enterprise extension) and Group (displayName caseExact), CONFIG
+    and POLICY."""
+    provider = ScimProvider.from_discovery(schemas(), load_default_resource_types().values(), config=CONFIG,
+                                           policy=POLICY)
     return Service(provider)
 
 

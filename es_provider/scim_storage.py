@@ -94,13 +94,17 @@ def counter_of(version: str | None) -> int:
     return int(found[1]) if found else 0
 
 
+HASHED = "sha256:"  # what a claim id names a digest by
+
+
 def claim_id(urn: str, value: str) -> str:
-    """The claim document of a unique value: `unique:<urn>:<value>`, or with the value's SHA-256 when that would
-    pass the engine's id limit."""
+    """The claim document of a unique value: `unique:<urn>:<value>`, or `unique:<urn>:sha256:<its SHA-256>` when
+    that would pass the engine's id limit, or when the value itself starts with `sha256:` (so no value's plain form
+    is another's digest form: `sha256:<hex of X>` and a long X are two claims)."""
     ident = directory.doc_id("Unique", f"{urn}:{value}")
-    if len(ident.encode("utf-8")) <= MAX_ID_BYTES:
+    if len(ident.encode("utf-8")) <= MAX_ID_BYTES and not value.lower().startswith(HASHED):
         return ident
-    return directory.doc_id("Unique", f"{urn}:sha256:{hashlib.sha256(value.encode('utf-8')).hexdigest()}")
+    return directory.doc_id("Unique", f"{urn}:{HASHED}{hashlib.sha256(value.encode('utf-8')).hexdigest()}")
 
 
 def _comparable(value: Any) -> str:
@@ -173,8 +177,8 @@ def narrowing(scim_filter: ScimFilter[Any] | None, kind: Kind, subject_attribute
         forms = sorted({node.value, unicodedata.normalize("NFC", node.value)})
         return Narrowed(query={"bool": {"filter": [{"term": {"kind": "User"}}, {"terms": {"subject": forms}}]}})
     if kind == "Group" and binding.urn == f"{GROUP_SCHEMA}:displayName":
-        return Narrowed(query={"bool": {"filter": [
-            {"term": {"kind": "Group"}}, {"term": {"name": {"value": node.value, "case_insensitive": True}}}]}})
+        # caseExact (scim.schemas): the exact name, as an ACL group matches it
+        return Narrowed(query={"bool": {"filter": [{"term": {"kind": "Group"}}, {"term": {"name": node.value}}]}})
     return None
 
 

@@ -272,8 +272,12 @@ async def test_entra_id_provisions_with_its_own_forms(scim_app, engine, store) -
     assert group.status == 201
     gid = (await group.json())["id"]
     listed = await (await client.get("/scim/v2/Groups", params={
-        "filter": 'displayName eq "sales emea"', "excludedAttributes": "members"}, headers=auth())).json()
+        "filter": 'displayName eq "Sales EMEA"', "excludedAttributes": "members"}, headers=auth())).json()
     assert [r["id"] for r in listed["Resources"]] == [gid]
+    # caseExact (issue 37): another spelling names another ACL group, so it finds nothing
+    other = await (await client.get("/scim/v2/Groups", params={"filter": 'displayName eq "sales emea"'},
+                                    headers=auth())).json()
+    assert other["totalResults"] == 0
     single = await client.get(f"/scim/v2/Groups/{gid}", params={"excludedAttributes": "members"}, headers=auth())
     assert single.status == 200 and "members" not in await single.json()
     added = await client.patch(f"/scim/v2/Groups/{gid}", headers=auth(), data=patch(

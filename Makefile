@@ -55,7 +55,7 @@ bench: $(VENV)/.bench-installed
 # docs/reliability.md. `make test` runs the same modules at CI size.
 reliability: install
 	ES_PROVIDER_HEAVY=1 ES_PROVIDER_RELIABILITY_REPORT=docs/reliability.md $(BIN)/pytest tests/integration/test_reliability_*.py \
-		tests/integration/test_live_identities.py
+		tests/integration/test_live_identities.py tests/integration/test_scim_load.py
 
 opensearch-start:
 	scripts/opensearch-local start

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from es_provider.acl import Identity
@@ -153,6 +154,34 @@ INDEX_BODY: dict[str, Any] = {"settings": {"number_of_shards": 1, "refresh_inter
 def daily_index(prefix: str, time_text: str) -> str:
     """`<prefix>-YYYY.MM.DD` of a record's `time` (UTC, as `iso_time` writes it)."""
     return f"{prefix}-{time_text[0:4]}.{time_text[5:7]}.{time_text[8:10]}"
+
+
+# What the engine refuses a record for because of the record itself: kept, it would be refused forever, so it is
+# dropped (counted, logged). Every other item error — a write block (403 cluster_block_exception), a closed index
+# (400 index_closed_exception), a lost permission (403 security_exception), a shard not there (503) — is an outage
+# of the sink: tried again, and past max_delay_s spooled or refused, never dropped.
+CONTENT_ERRORS = frozenset({"mapper_parsing_exception", "document_parsing_exception", "illegal_argument_exception",
+                            "strict_dynamic_mapping_exception", "mapper_exception", "json_parse_exception",
+                            "x_content_parse_exception"})
+
+
+def rejected_for_content(status: int, kind: str) -> bool:
+    """Whether a bulk item's error is about the record (drop it) rather than the sink (try again)."""
+    return status == 400 and kind in CONTENT_ERRORS
+
+
+# Line breaks to Python's str.splitlines (and to JavaScript's line terminators) that JSON leaves raw inside strings:
+# escaped, a reader splitting the file the Python way counts one line per record.
+_LINE_BREAKS = ((b"\xc2\x85", b"\\u0085"), (b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
+
+
+def json_line(record: Mapping[str, Any]) -> bytes:
+    """One JSON Lines line: orjson's encoding with U+0085, U+2028 and U+2029 escaped (orjson leaves them raw; the
+    escapes only ever occur inside strings, where they mean the same characters)."""
+    line = orjson.dumps(record)
+    for raw, escaped in _LINE_BREAKS:
+        line = line.replace(raw, escaped)
+    return line + b"\n"
 
 
 def daily_file(time_text: str) -> str:

@@ -241,7 +241,8 @@ async def require_knn(engine: Engine, settings: Settings) -> None:
 def _own_secret(ref: str, credentials: auth.Credentials, environ: Mapping[str, str] | None, what: str) -> bytes:
     """An operator credential that must not open anything else: not a platform's secret or API key."""
     secret = auth.read_secret(ref, os.environ if environ is None else environ)
-    if secret in credentials.callback_secrets.values() or any(secret == k for k, _ in credentials.api_keys):
+    others = [*credentials.callback_secrets.values(), *(k for k, _ in credentials.api_keys)]
+    if any([hmac.compare_digest(secret, other) for other in others]):  # every one compared, each in constant time
         raise StartupError(f"the {what} ({ref}) must be its own credential, not a platform's secret or API key")
     return secret
 
@@ -284,7 +285,13 @@ def _with_scim(protocols: tuple[Protocol, ...], settings: Settings, credentials:
         return protocols, None
     from es_provider import scim
 
-    token = _own_secret(settings.scim.token_ref, credentials, environ, "SCIM token")
+    token = _page_key(settings.scim.token_ref, credentials, environ, "SCIM token")
+    others = {"workbench key": settings.workbench.key_ref if settings.workbench.enabled else None,
+              "access view key": settings.access_log.view_key_ref if settings.access_log.enabled else None}
+    for what, ref in others.items():  # values, not only names: two variables may hold one secret
+        if ref is not None and hmac.compare_digest(token, auth.read_secret(ref, os.environ if environ is None
+                                                                             else environ)):
+            raise StartupError(f"the SCIM token ({settings.scim.token_ref}) must differ from the {what}")
     log.warning("SCIM 2.0 service enabled at %s (its own token; every change is logged)", scim.PREFIX)
     return (*protocols, scim.PROTOCOL), lambda app, engine: scim.install(app, token, scim.State(engine, settings))
 
@@ -319,7 +326,9 @@ def access_recorder(settings: Settings, engine: Engine, metrics: Metrics) -> tup
         f"indices {config.index}-*" if s.name == "index" else f"files in {config.directory}" for s in sinks),
         config.on_sink_failure)
     return Recorder(config, sinks, dropped=lambda reason, n: metrics.access_dropped.labels(reason).inc(n),
-                    written=lambda sink, n: metrics.access_written.labels(sink).inc(n)), own
+                    written=lambda sink, n: metrics.access_written.labels(sink).inc(n),
+                    spooled=lambda sink, n: metrics.access_spooled.labels(sink).inc(n),
+                    drained=lambda sink, n: metrics.access_drained.labels(sink).inc(n)), own
 
 
 def create_app(

@@ -324,8 +324,9 @@ class ScimSettings(ConfigModel):
     enabled: bool = False
     """Serve SCIM 2.0 at /scim/v2 (it turns the principal store on)."""
     token_ref: EnvName | None = None
-    """Env var (or `<NAME>_FILE`) holding its own bearer token, never a platform's secret or the workbench key;
-    required when enabled."""
+    """Env var (or `<NAME>_FILE`) holding its own bearer token, at least 16 characters, never (in name or value) a
+    platform's secret, an API key, the workbench key or the access view key; required when enabled. 10 wrong tokens
+    a minute from one address lock it out (429 with Retry-After)."""
     subject_attribute: Literal["userName", "externalId"] = "userName"
     """Which SCIM user attribute is the platforms' subjectId (and the subject in document ACLs)."""
 
@@ -371,6 +372,18 @@ class AccessLogSettings(ConfigModel):
     """A batch goes out at least this often ..."""
     batch: int = Field(default=500, ge=1, le=10_000)
     """... or once this many records wait."""
+    spool: bool = True
+    """The "index" sink's durable spool: records the engine has not taken after max_delay_s / 2 (a node lost, the
+    day's index write-blocked or closed, our user refused) are appended to local JSON Lines files (fsync'd) instead
+    of waiting in memory, and written to the engine when it takes writes again; answers are refused only when the
+    spool is full or cannot be written. Off: past max_delay_s answers are refused (on_sink_failure = "refuse")."""
+    spool_dir: str | None = None
+    """Where the spool's files are (a subfolder per `index` prefix; the workers of one host share it). Unset:
+    $ES_PROVIDER_CACHE/access-spool, else ~/.cache/es-provider/access-spool. Keep it on a disk that outlives the
+    process (a volume in a container)."""
+    spool_max_bytes: int = Field(default=512 * 1024 * 1024, ge=1024, le=1024**4)
+    """The spool's size (all its files, every worker's): full, answers are refused (or, with "count", records
+    dropped) as with no spool."""
     query_key_ref: EnvName | None = None
     """An environment variable holding a key: when set, records carry `query_hmac` (HMAC-SHA256 of the query under
     it), so repeats of one query can be correlated without the text."""

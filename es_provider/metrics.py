@@ -64,8 +64,15 @@ class Metrics:
             "es_provider_access_records_written", "Access records written, by sink", ["sink"], registry=self.registry)
         self.access_dropped = Counter(
             "es_provider_access_records_dropped", "Access records that could not be kept, by reason (queue_full: "
-            "the sink's queue was full; rejected: the engine refused them for good; stopped: unwritten at the stop)",
+            "the sink's queue was full; rejected: the engine refused them for their content; stopped: unwritten at "
+            "the stop and not spooled; spool_torn: spooled lines a crash cut short)",
             ["reason"], registry=self.registry)
+        self.access_spooled = Counter(
+            "es_provider_access_records_spooled", "Access records moved to the spool because their sink had not taken "
+            "them within max_delay_s / 2, by sink", ["sink"], registry=self.registry)
+        self.access_drained = Counter(
+            "es_provider_access_records_drained", "Spooled access records written to their sink, by sink", ["sink"],
+            registry=self.registry)
         self.access_refused = Counter(
             "es_provider_access_refused_answers", "Answers refused (503) because their access record could not be "
             "kept (on_sink_failure = \"refuse\")", registry=self.registry)

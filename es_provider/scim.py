@@ -4,8 +4,10 @@ Microsoft Entra ID) provisions its users and groups into the principal store, wh
 The SCIM protocol is scim2-server's (ScimService and AsyncScimHandler: validation, PATCH, filters, sorting, ETags,
 discovery, SCIM errors); the storage is scim_storage.DirectoryStorage. This module only carries requests to them,
 as scim2-server's own ASGI application does: the service's own bearer token checked first (in constant time,
-before any body is read; 401 in SCIM's error body otherwise), the body read under admission's bounds, one request
-slot of the "scim" class, and every change logged (what, which resource, from where; never the token).
+before any body is read; 401 in SCIM's error body otherwise, 429 once a client has sent too many wrong ones), the
+body read under admission's bounds, scim_bounds' limits (400 before anything is parsed), one request slot of the
+"scim" class (at most ACTIVE at once), the handling on the SCIM worker's thread (never on the service's event loop),
+and every change logged (what, which resource, from where; never the token).
 
 Added by create_app only with `[scim] enabled = true` (with app[TOKEN] set, and app[STATE] once the engine is up).
 """
@@ -15,10 +17,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import hmac
+import inspect
 import logging
-from collections.abc import AsyncIterator
+import math
+import threading
+import time
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import orjson
 from aiohttp import hdrs, web
@@ -56,16 +62,18 @@ from scim2_server.routing import Operation
 from scim2_server.service import ScimService
 from scim2_server.utils import load_default_resource_types, load_default_schemas
 
-from es_provider import auth, scim_patch, strictjson
+from es_provider import auth, scim_bounds, scim_patch, strictjson
 from es_provider.config import Settings
 from es_provider.engine import Engine
-from es_provider.errors import KnowledgeError, unauthenticated
+from es_provider.errors import ErrorCode, KnowledgeError, unauthenticated
 from es_provider.logs import text_field
 from es_provider.protocols import kit
 from es_provider.scim_storage import RETRIES, DirectoryStorage, Raced, pause
 from es_provider.service import SERVICES
+from es_provider.workbench import Guard
 
 log = logging.getLogger("es_provider.scim")
+T = TypeVar("T")
 
 PREFIX = "/scim/v2"
 TOKEN = web.AppKey("scim_token", bytes)
@@ -234,13 +242,72 @@ class Handler(AsyncScimHandler):
                     await pause(attempt)
 
 
+# SCIM requests admitted at once (the others wait, holding no request slot): their CPU work takes turns on the
+# one worker thread anyway, and so SCIM never holds more than this many of the platforms' active_requests turns.
+ACTIVE = 2
+
+
+class Worker:
+    """One thread with its own event loop, where every SCIM request is handled: scim2-server's PATCH application,
+    filter parsing and matching and pydantic validation of big resources are synchronous CPU work, which on the
+    service's event loop would hold every platform answer (and /healthz) until it ends. In this thread the
+    interpreter switches back to the service's loop every few milliseconds (sys.getswitchinterval), and SCIM
+    requests queue behind each other here, not in front of the platforms."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="es-provider-scim", daemon=True)
+        self._thread.start()
+
+    async def run(self, work: Coroutine[Any, Any, T]) -> T:
+        """`work`'s outcome, run on the worker's loop (cancelled there when the caller is cancelled)."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self.loop))
+
+
+@functools.cache
+def worker() -> Worker:
+    return Worker()
+
+
+class EngineBridge:
+    """The engine, as the SCIM worker's loop calls it: each coroutine runs on the service's own loop (whose
+    aiohttp session it belongs to), its outcome carried back; `scan` is read whole there, then iterated."""
+
+    def __init__(self, engine: Engine, home: asyncio.AbstractEventLoop) -> None:
+        self._engine = engine
+        self._home = home
+
+    async def _at_home(self, work: Coroutine[Any, Any, T]) -> T:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self._home))
+
+    async def scan(self, index: str, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
+        async def read() -> list[dict[str, Any]]:
+            return [hit async for hit in self._engine.scan(index, **kwargs)]
+        for hit in await self._at_home(read()):
+            yield hit
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._engine, name)
+        if not inspect.iscoroutinefunction(attribute):
+            return attribute
+
+        @functools.wraps(attribute)
+        async def bridged(*args: Any, **kwargs: Any) -> Any:
+            return await self._at_home(attribute(*args, **kwargs))
+        return bridged
+
+
 class State:
-    """What the SCIM routes serve with, built once the engine is up: the storage over the principal store, the
-    handler, and scim2-server's framework-free application steps (the final headers)."""
+    """What the SCIM routes serve with, built once the engine is up (on the service's loop): the storage over the
+    principal store (through the engine bridge: the storage runs on the SCIM worker's loop), the handler, and
+    scim2-server's framework-free application steps (the final headers)."""
 
     def __init__(self, engine: Engine, settings: Settings) -> None:
         scim_service = service()
-        self.storage = DirectoryStorage(engine, settings.directory.index, scim_service.provider,
+        self.worker = worker()
+        self.active = asyncio.Semaphore(ACTIVE)
+        bridged = cast(Engine, EngineBridge(engine, asyncio.get_running_loop()))
+        self.storage = DirectoryStorage(bridged, settings.directory.index, scim_service.provider,
                                         subject_attribute=settings.scim.subject_attribute)
         self.handler = Handler(scim_service, self.storage)
         self.application = BaseApplication(scim_service.provider, scim_service)
@@ -249,21 +316,49 @@ class State:
 STATE = web.AppKey("scim_state", State)
 
 
+# Wrong tokens, counted as the workbench counts wrong keys (workbench.Guard), in a Guard of SCIM's own: 10 a
+# minute from one address (an identity provider's parallel requests during a token rotation stay under it), then
+# 429 with Retry-After. The total is high, so a flood from many addresses cannot cheaply hold off the identity
+# provider's deprovisioning; at that rate a token of 16 characters or more is never guessed.
+GUESSES_PER_ADDRESS = 10
+GUESSES_IN_TOTAL = 1000
+GUARD = web.AppKey("scim_guard", Guard)
+
+
 def install(app: web.Application, token: bytes, state: State) -> None:
     """The service's own token and its state, set by create_app's engine context once the engine is up."""
     app[TOKEN] = token
     app[STATE] = state
+    app[GUARD] = Guard(per_address=GUESSES_PER_ADDRESS, in_total=GUESSES_IN_TOTAL)
 
 
-def authenticate(request: web.Request) -> None:
+def locked_out(request: web.Request, wait: float) -> web.Response:
+    """429 in SCIM's error body, with Retry-After: this client (or everybody) used up its wrong tokens."""
+    seconds = math.ceil(wait)
+    log.warning("scim: %s %s refused: locked out after wrong bearer tokens", request.method, request.path[:200],
+                extra={"remote": kit.client_address(request), "retry_after_s": seconds})
+    response = error_response(KnowledgeError(ErrorCode.RATE_LIMITED,
+                                             safe_message="Too many wrong SCIM tokens; retry later."))
+    response.headers["Retry-After"] = str(seconds)
+    response[kit.ERROR_CODE] = ErrorCode.RATE_LIMITED.value
+    return response
+
+
+def authenticate(request: web.Request) -> web.Response | None:
     """The service's own bearer token, compared in constant time, before anything else is read; a refusal is
-    logged with the client's address (never what it presented)."""
+    logged with the client's address (never what it presented). Every attempt counts in the Guard until the token
+    proves right; once this client has used up its wrong tokens, the answer is a 429 (returned), and the token is
+    not even compared."""
+    guard, address, attempted = request.app[GUARD], kit.client_address(request), time.monotonic()
+    wait = guard.try_key(address, attempted)
+    if wait > 0:
+        return locked_out(request, wait)
     presented = auth.bearer_token(request.headers.get("Authorization"))
     if presented is not None and hmac.compare_digest(presented, request.app[TOKEN]):
-        return
+        guard.forgive(address, attempted)
+        return None
     why = "no bearer token" if presented is None else "wrong bearer token"
-    log.warning("scim: %s %s refused: %s", request.method, request.path[:200], why,
-                extra={"remote": kit.client_address(request)})
+    log.warning("scim: %s %s refused: %s", request.method, request.path[:200], why, extra={"remote": address})
     raise unauthenticated(f"scim: {why}")
 
 
@@ -285,15 +380,24 @@ def web_response(response: ScimResponse) -> web.Response:
 
 
 async def serve(request: web.Request) -> web.Response:
-    authenticate(request)
+    """One SCIM request: the token; the body under admission's bounds; scim_bounds' limits (before anything is
+    parsed or applied); then scim2-server's handling, on the SCIM worker's loop, never on the service's own."""
+    refused = authenticate(request)
+    if refused is not None:
+        return refused
     services = request.app[SERVICES]
     state = request.app[STATE]
     wanted = scim_request(request, await services.admission.body(request))
-    async with services.admission.slot("scim"):
-        try:
-            response = await state.handler.handle(wanted)
-        except SCIMException as exc:  # a refusal in SCIM's terms; an engine failure goes on to the error middleware
-            response = service().error_response(exc)
+    try:
+        scim_bounds.check_request(wanted.method, wanted.path, wanted.query, wanted.body or b"")
+    except SCIMException as exc:  # past a bound: refused at once, queueing behind nothing
+        response = service().error_response(exc)
+    else:
+        async with state.active, services.admission.slot("scim"):
+            try:
+                response = await state.worker.run(state.handler.handle(wanted))
+            except SCIMException as exc:  # a refusal in SCIM's terms; an engine failure goes to the error middleware
+                response = service().error_response(exc)
     response = state.application.finalize_response(wanted, response)
     audit(request, wanted, response)
     return web_response(response)

@@ -59,7 +59,7 @@ from scim2_models.path import CompareOperator, Comparison
 from scim2_server.storage import AsyncScimStorage, SearchPage
 from scim2_server.utils import parametrize
 
-from es_provider import directory, principals
+from es_provider import directory, principals, scim_bounds
 from es_provider.directory import Kind, SubjectAttribute
 from es_provider.engine import Engine, VersionConflict
 from es_provider.errors import ErrorCode, KnowledgeError
@@ -180,6 +180,14 @@ def narrowing(scim_filter: ScimFilter[Any] | None, kind: Kind, subject_attribute
         # caseExact (scim.schemas): the exact name, as an ACL group matches it
         return Narrowed(query={"bool": {"filter": [{"term": {"kind": "Group"}}, {"term": {"name": node.value}}]}})
     return None
+
+
+def grown(resource: Resource[Any], before: Resource[Any] | None) -> None:
+    """Refuses a group grown past MAX_GROUP_MEMBERS (by a create, a PUT or what a PATCH made of it). A group
+    already past it may still shrink: a removal, or a deleted user leaving it, is never refused."""
+    members = len(getattr(resource, "members", None) or ())
+    if members > len(getattr(before, "members", None) or ()):
+        scim_bounds.check_members(members, "the group")
 
 
 def _utcnow() -> datetime.datetime:
@@ -305,6 +313,7 @@ class DirectoryStorage(AsyncScimStorage):
         created.id = uuid.uuid4().hex
         now = _utcnow()
         created.meta = Meta(resource_type=resource_type.name, created=now, last_modified=now, version=version_of(1))
+        grown(created, None)
         document = self._document(kind, created)
         made = await self._claim(unique_values(created, self.provider.policy), created.id)
         try:
@@ -326,6 +335,7 @@ class DirectoryStorage(AsyncScimStorage):
             if expected_version is not None and stored.resource.meta.version != expected_version:
                 raise Raced
             updated = type(resource).model_validate(resource.model_dump())
+            grown(updated, stored.resource)
             updated.meta = stored.resource.meta.model_copy(update={
                 "location": None, "last_modified": _utcnow(),
                 "version": version_of(counter_of(stored.resource.meta.version) + 1)})

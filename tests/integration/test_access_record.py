@@ -180,7 +180,8 @@ async def test_records_queued_before_a_sigterm_are_written_before_the_exit(opens
 async def test_a_stopped_sink_refuses_answers_until_it_recovers(engine, kb, client_for, prefix) -> None:
     await load_records(engine, kb, DOCS)
     sink = await EngineProxy(engine.url).start()
-    client = await client_for(kb, access_log=access_section(prefix, url=sink.url, max_delay_s=0.3),
+    # Without the spool (test_reliability_access.py has it): past max_delay_s, answers are refused.
+    client = await client_for(kb, access_log=access_section(prefix, url=sink.url, max_delay_s=0.3, spool=False),
                               env={"ACCESS_QUERY_KEY": QUERY_KEY})
     try:
         async def ask(n: int) -> Any:
@@ -216,7 +217,7 @@ async def test_count_mode_answers_and_counts_every_dropped_record(engine, kb, cl
     await load_records(engine, kb, DOCS)
     dead = f"http://127.0.0.1:{free_port()}"
     client = await client_for(kb, access_log=access_section(prefix, url=dead, on_sink_failure="count",
-                                                             max_queued=3),
+                                                             max_queued=3, spool=False),
                               env={"ACCESS_QUERY_KEY": QUERY_KEY})
     for n in range(10):
         response = await client.post(calls.ROUTE, headers=calls.headers(**{"Idempotency-Key": f"count-{n}"}),

@@ -142,7 +142,7 @@ TOKEN = b"scim-token-0123456789abcdef"
     ("Bearer test-api-key-0123456789", False),
 ])
 def test_only_its_own_bearer_token_passes(authorization: str | None, accepted: bool) -> None:
-    app: Any = {scim.TOKEN: TOKEN}
+    app: Any = {scim.TOKEN: TOKEN, scim.GUARD: scim.Guard()}
     headers = {"Authorization": authorization} if authorization is not None else {}
     request = make_mocked_request("GET", "/scim/v2/Users", headers=headers, app=app)
     if accepted:

@@ -62,13 +62,13 @@ from scim2_server.routing import Operation
 from scim2_server.service import ScimService
 from scim2_server.utils import load_default_resource_types, load_default_schemas
 
-from es_provider import auth, scim_bounds, scim_patch, strictjson
+from es_provider import auth, raced, scim_bounds, scim_patch, strictjson
 from es_provider.config import Settings
 from es_provider.engine import Engine
 from es_provider.errors import ErrorCode, KnowledgeError, unauthenticated
 from es_provider.logs import text_field
 from es_provider.protocols import kit
-from es_provider.scim_storage import RETRIES, DirectoryStorage, Raced, pause
+from es_provider.scim_storage import DirectoryStorage, Raced
 from es_provider.service import SERVICES
 from es_provider.workbench import Guard
 
@@ -206,40 +206,28 @@ class Handler(AsyncScimHandler):
     async def patch_resource(self, resource_type: ResourceType, resource_id: str, patch_op: PatchOp[Any],
                              conditions: Conditions) -> Resource[Any]:
         async with self.turns.of(f"{resource_type.name}/{resource_id}"):
-            for attempt in range(RETRIES):
-                try:
+            async for attempt in raced.retrying(Raced):
+                with attempt:
                     return await super().patch_resource(resource_type, resource_id, patch_op, conditions)
-                except Raced:
-                    if attempt == RETRIES - 1:
-                        raise
-                    await pause(attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def replace_resource(self, resource_type: ResourceType, current: Resource[Any],
                                replacement: Resource[Any], conditions: Conditions) -> Resource[Any]:
         resource_id = cast(str, current.id)
         async with self.turns.of(f"{resource_type.name}/{resource_id}"):
-            for attempt in range(RETRIES):
-                try:
+            async for attempt in raced.retrying(Raced):
+                with attempt:
+                    if attempt.retry_state.attempt_number > 1:  # replaced over the resource as it now is
+                        current = await self.storage.get(resource_type, resource_id)
                     return await super().replace_resource(resource_type, current, replacement.model_copy(deep=True),
                                                           conditions)
-                except Raced:
-                    if attempt == RETRIES - 1:
-                        raise
-                    await pause(attempt)
-                    current = await self.storage.get(resource_type, resource_id)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def delete_resource(self, resource_type: ResourceType, resource_id: str, conditions: Conditions) -> None:
         async with self.turns.of(f"{resource_type.name}/{resource_id}"):
-            for attempt in range(RETRIES):
-                try:
+            async for attempt in raced.retrying(Raced):
+                with attempt:
                     await super().delete_resource(resource_type, resource_id, conditions)
-                    return
-                except Raced:
-                    if attempt == RETRIES - 1:
-                        raise
-                    await pause(attempt)
 
 
 # SCIM requests admitted at once (the others wait, holding no request slot): their CPU work takes turns on the

@@ -30,7 +30,6 @@ import contextlib
 import datetime
 import hashlib
 import re
-import secrets
 import time
 import unicodedata
 import uuid
@@ -59,7 +58,7 @@ from scim2_models.path import CompareOperator, Comparison
 from scim2_server.storage import AsyncScimStorage, SearchPage
 from scim2_server.utils import parametrize
 
-from es_provider import directory, principals, scim_bounds
+from es_provider import directory, principals, raced, scim_bounds
 from es_provider.directory import Kind, SubjectAttribute
 from es_provider.engine import Engine, VersionConflict
 from es_provider.errors import ErrorCode, KnowledgeError
@@ -70,8 +69,6 @@ KINDS: dict[str, Kind] = {"User": "User", "Group": "Group"}  # resource type nam
 MAX_ID_BYTES = 512  # the engine's limit on a document id
 MAX_RESOURCE_ID = 128  # longer ids in a URL name no resource (ours are 32 hex digits)
 ORPHAN_CLAIM_S = 120.0  # longer than any request lives: a claim this old whose owner lacks the value is abandoned
-RETRIES = 16  # conditional writes that lost a race, tried again (a deleted user leaving a group; updates without
-# an expected version)
 VALIDATE_BATCH = 64  # resources validated (or matched) between two yields to the event loop (~20 ms)
 _VERSION = re.compile(r'W/"([0-9]{1,18})"')
 
@@ -192,11 +189,6 @@ def grown(resource: Resource[Any], before: Resource[Any] | None) -> None:
 
 def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
-
-
-async def pause(attempt: int) -> None:
-    """A short random wait before trying a lost conditional write again, so racing writers drift apart."""
-    await asyncio.sleep((1 + secrets.randbelow(1000) / 1000) * min(0.2, 0.005 * 2 ** attempt))
 
 
 @dataclass(frozen=True)
@@ -327,81 +319,88 @@ class DirectoryStorage(AsyncScimStorage):
 
     async def update(self, resource_type: ResourceType, resource: Resource[Any], *,
                      expected_version: str | None = None) -> Resource[Any]:
+        if expected_version is not None:  # the caller's own version: a lost race is its 412, at once
+            return await self._update_once(resource_type, resource, expected_version)
+        async for attempt in raced.retrying(Raced):
+            with attempt:
+                return await self._update_once(resource_type, resource, None)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _update_once(self, resource_type: ResourceType, resource: Resource[Any],
+                           expected_version: str | None) -> Resource[Any]:
+        """One conditional write of `resource` over the stored one; Raced when another writer won."""
         kind = self._kind(resource_type)
         policy = self.provider.policy
-        for attempt in range(RETRIES):
-            stored = await self._read(resource_type, resource.id)
-            assert stored.resource.meta is not None
-            if expected_version is not None and stored.resource.meta.version != expected_version:
-                raise Raced
-            updated = type(resource).model_validate(resource.model_dump())
-            grown(updated, stored.resource)
-            updated.meta = stored.resource.meta.model_copy(update={
-                "location": None, "last_modified": _utcnow(),
-                "version": version_of(counter_of(stored.resource.meta.version) + 1)})
-            document = self._document(kind, updated)
-            if kind == "User" and getattr(updated, "active", None) is None:
-                # A replacement or a PATCH that leaves `active` out (or removes it) does not change whether the
-                # user grants: a deactivated user is never reactivated by omission (RFC 7644 §3.5.1 leaves an
-                # omitted attribute to the provider). The resource shows what was sent.
-                document["active"] = stored.source.get("active") is True
-            old_values, new_values = unique_values(stored.resource, policy), unique_values(updated, policy)
-            owner = cast(str, updated.id)
-            made = await self._claim({urn: v for urn, v in new_values.items() if old_values.get(urn) != v}, owner)
-            try:
-                old_subject = stored.source.get("subject") if kind == "User" else None
-                if old_subject and old_subject != document.get("subject"):
-                    await self._tombstone(old_subject)  # before the rename: the old subject never falls back
-                await self.engine.put_document(self.index, directory.doc_id(kind, owner), document,
-                                               if_seq_no=stored.seq_no, if_primary_term=stored.primary_term)
-            except VersionConflict:
-                await self._release(made, owner)
-                if expected_version is not None:
-                    raise Raced from None
-                await pause(attempt)
-                continue
-            except Exception:
-                await self._release(made, owner)
-                raise
-            try:
-                await self._release([claim_id(urn, v) for urn, v in old_values.items() if new_values.get(urn) != v],
-                                    owner)
-            finally:
-                await principals.announce_change(self.engine, self.index)
-            return self._resource(resource_type, document)
-        raise Raced
+        stored = await self._read(resource_type, resource.id)
+        assert stored.resource.meta is not None
+        if expected_version is not None and stored.resource.meta.version != expected_version:
+            raise Raced
+        updated = type(resource).model_validate(resource.model_dump())
+        grown(updated, stored.resource)
+        updated.meta = stored.resource.meta.model_copy(update={
+            "location": None, "last_modified": _utcnow(),
+            "version": version_of(counter_of(stored.resource.meta.version) + 1)})
+        document = self._document(kind, updated)
+        if kind == "User" and getattr(updated, "active", None) is None:
+            # A replacement or a PATCH that leaves `active` out (or removes it) does not change whether the
+            # user grants: a deactivated user is never reactivated by omission (RFC 7644 §3.5.1 leaves an
+            # omitted attribute to the provider). The resource shows what was sent.
+            document["active"] = stored.source.get("active") is True
+        old_values, new_values = unique_values(stored.resource, policy), unique_values(updated, policy)
+        owner = cast(str, updated.id)
+        made = await self._claim({urn: v for urn, v in new_values.items() if old_values.get(urn) != v}, owner)
+        try:
+            old_subject = stored.source.get("subject") if kind == "User" else None
+            if old_subject and old_subject != document.get("subject"):
+                await self._tombstone(old_subject)  # before the rename: the old subject never falls back
+            await self.engine.put_document(self.index, directory.doc_id(kind, owner), document,
+                                           if_seq_no=stored.seq_no, if_primary_term=stored.primary_term)
+        except VersionConflict:
+            await self._release(made, owner)
+            raise Raced from None
+        except Exception:
+            await self._release(made, owner)
+            raise
+        try:
+            await self._release([claim_id(urn, v) for urn, v in old_values.items() if new_values.get(urn) != v],
+                                owner)
+        finally:
+            await principals.announce_change(self.engine, self.index)
+        return self._resource(resource_type, document)
 
     async def delete(self, resource_type: ResourceType, resource_id: str, *,
                      expected_version: str | None = None) -> None:
-        kind = self._kind(resource_type)
-        for attempt in range(RETRIES):
-            stored = await self._read(resource_type, resource_id)
-            assert stored.resource.meta is not None
-            if expected_version is not None and stored.resource.meta.version != expected_version:
-                raise Raced
-            subject = stored.source.get("subject") if kind == "User" else None
-            if subject:
-                await self._tombstone(subject)  # before the delete: a deleted subject never falls back
-            try:
-                deleted = await self.engine.delete_document(self.index, directory.doc_id(kind, resource_id),
-                                                            if_seq_no=stored.seq_no,
-                                                            if_primary_term=stored.primary_term)
-            except VersionConflict:
-                if expected_version is not None:
-                    raise Raced from None
-                await pause(attempt)
-                continue
-            if not deleted:
-                raise NotFoundException(detail=f"{resource_type.name} not found")
-            try:
-                values = unique_values(stored.resource, self.provider.policy)
-                await self._release([claim_id(urn, v) for urn, v in values.items()], resource_id)
-                if kind == "User":
-                    await self._leave_groups(resource_id)
-            finally:
-                await principals.announce_change(self.engine, self.index)
+        if expected_version is not None:  # the caller's own version: a lost race is its 412, at once
+            await self._delete_once(resource_type, resource_id, expected_version)
             return
-        raise Raced
+        async for attempt in raced.retrying(Raced):
+            with attempt:
+                await self._delete_once(resource_type, resource_id, None)
+
+    async def _delete_once(self, resource_type: ResourceType, resource_id: str, expected_version: str | None) -> None:
+        """One conditional delete of the stored resource; Raced when another writer won."""
+        kind = self._kind(resource_type)
+        stored = await self._read(resource_type, resource_id)
+        assert stored.resource.meta is not None
+        if expected_version is not None and stored.resource.meta.version != expected_version:
+            raise Raced
+        subject = stored.source.get("subject") if kind == "User" else None
+        if subject:
+            await self._tombstone(subject)  # before the delete: a deleted subject never falls back
+        try:
+            deleted = await self.engine.delete_document(self.index, directory.doc_id(kind, resource_id),
+                                                        if_seq_no=stored.seq_no, if_primary_term=stored.primary_term)
+        except VersionConflict:
+            raise Raced from None
+        if not deleted:
+            raise NotFoundException(detail=f"{resource_type.name} not found")
+        try:
+            values = unique_values(stored.resource, self.provider.policy)
+            await self._release([claim_id(urn, v) for urn, v in values.items()], resource_id)
+            if kind == "User":
+                await self._leave_groups(resource_id)
+        finally:
+            await principals.announce_change(self.engine, self.index)
 
     def _document(self, kind: Kind, resource: Resource[Any]) -> dict[str, Any]:
         """directory.py's document of a resource; refuses a subject whose tombstone the engine could not keep."""
@@ -425,30 +424,34 @@ class DirectoryStorage(AsyncScimStorage):
         group_type = self._types["Group"]
         query = {"bool": {"filter": [{"term": {"kind": "Group"}}, {"term": {"members": user_id}}]}}
         for listed in await self.engine.search_documents(self.index, query):
-            hit = listed
-            for attempt in range(RETRIES):
-                group = self._resource(group_type, hit["_source"])
-                assert group.meta is not None
-                members = getattr(group, "members", None) or []
-                kept = [member for member in members if member.value != user_id]
-                if len(kept) == len(members):
-                    break
-                group.members = kept or None  # type: ignore[attr-defined]
-                group.meta = group.meta.model_copy(update={
-                    "last_modified": _utcnow(), "version": version_of(counter_of(group.meta.version) + 1)})
-                try:
-                    await self.engine.put_document(self.index, hit["_id"], self._document("Group", group),
-                                                   if_seq_no=hit["_seq_no"], if_primary_term=hit["_primary_term"])
-                    break
-                except VersionConflict:
-                    await pause(attempt)
-                    found = await self.engine.get_documents(self.index, [hit["_id"]])
-                    if not found:
-                        break
-                    hit = found[0]
-            else:
+            try:
+                async for attempt in raced.retrying(VersionConflict):
+                    with attempt:
+                        await self._leave_group(group_type, listed, user_id,
+                                                again=attempt.retry_state.attempt_number > 1)
+            except VersionConflict:
                 raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"deleted user {user_id} could not leave group "
-                                                                   f"{hit['_id']}: {RETRIES} writes lost their race")
+                                     f"{listed['_id']}: {raced.TRIES} writes lost their race") from None
+
+    async def _leave_group(self, group_type: ResourceType, hit: dict[str, Any], user_id: str, *, again: bool) -> None:
+        """One conditional write of the group `hit` without the user (read again first when a write lost its
+        race); VersionConflict when another writer won."""
+        if again:
+            found = await self.engine.get_documents(self.index, [hit["_id"]])
+            if not found:
+                return  # the group is gone
+            hit = found[0]
+        group = self._resource(group_type, hit["_source"])
+        assert group.meta is not None
+        members = getattr(group, "members", None) or []
+        kept = [member for member in members if member.value != user_id]
+        if len(kept) == len(members):
+            return
+        group.members = kept or None  # type: ignore[attr-defined]
+        group.meta = group.meta.model_copy(update={
+            "last_modified": _utcnow(), "version": version_of(counter_of(group.meta.version) + 1)})
+        await self.engine.put_document(self.index, hit["_id"], self._document("Group", group),
+                                       if_seq_no=hit["_seq_no"], if_primary_term=hit["_primary_term"])
 
     # --- unique values ---
 

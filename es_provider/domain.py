@@ -50,10 +50,15 @@ def served(chunks: Iterable[Chunk]) -> tuple[Served, ...]:
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
-    chunks: tuple[Chunk, ...]  # the answer: at most top_k, best first
+    # Every chunk the flow selected, best first, not cut: a protocol whose own item rules skip a chunk of the
+    # answer takes the next one instead (SparkTide), so an answer still carries min(topK, visible matches) items.
+    ranked: tuple[Chunk, ...]
+    top_k: int
     applied_filters: tuple[Filter, ...]
     dropped: int = 0  # hits OpenSearch returned that the re-check refused (security events)
-    # The next candidates in order, for a protocol whose own item rules skip a chunk of the answer: it takes the
-    # next one instead, so an answer still carries min(topK, visible matches) items.
-    surplus: tuple[Chunk, ...] = ()
     rerank: str | None = None  # with a rerank stage: "applied", or "first-stage: <reason>" (rerank.py)
+
+    @property
+    def chunks(self) -> tuple[Chunk, ...]:
+        """The answer: at most top_k, best first (the one cut; a tuple slice, no copy when nothing is cut)."""
+        return self.ranked[: self.top_k]

@@ -8,7 +8,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from es_provider import acl, metadata
 from es_provider.calibration import calibrate, calibrate_leg, fuse
@@ -35,6 +35,10 @@ from es_provider.rerank import Reranker, Stage
 
 log = logging.getLogger("es_provider.retrieval")
 security_log = logging.getLogger("es_provider.security")
+
+K = TypeVar("K")
+V = TypeVar("V")
+
 
 def resolve_mode(retrieval: SearchRequest) -> tuple[RetrievalMode, str | None]:
     """The retrieval mode and embedder for a request: the one asked for, or the one its knowledge bases share.
@@ -152,12 +156,34 @@ async def run_search(
     if rerank is not None:
         chunks, outcome = await rerank.apply(retrieval.query, chunks, budget.remaining(time.monotonic()))
         chunks = [chunk for chunk in chunks if not below(chunk, retrieval.score_threshold)]
-    return SearchResult(chunks=tuple(chunks[: retrieval.top_k]), surplus=tuple(chunks[retrieval.top_k :]),
-                        applied_filters=plan.applied_filters, dropped=dropped, rerank=outcome)
+    # Not cut here: the result's `chunks` is the topK cut, and SparkTide also reads past it (domain.SearchResult).
+    return SearchResult(ranked=tuple(chunks), top_k=retrieval.top_k, applied_filters=plan.applied_filters,
+                        dropped=dropped, rerank=outcome)
 
 
 def below(chunk: Chunk, threshold: float) -> bool:
     return threshold > 0 and (chunk.score is None or chunk.score < threshold)
+
+
+class TtlCache(Generic[K, V]):
+    """A value per key for `ttl_s` seconds after it was put, on `clock` (monotonic seconds). Unbounded: its keys
+    are index expressions, a handful per deployment."""
+
+    __slots__ = ("_clock", "_entries", "_ttl_s")
+
+    def __init__(self, ttl_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._entries: dict[K, tuple[float, V]] = {}  # key → (expiry, value)
+
+    def get(self, key: K) -> V | None:
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] > self._clock():
+            return entry[1]
+        return None
+
+    def put(self, key: K, value: V) -> None:
+        self._entries[key] = (self._clock() + self._ttl_s, value)
 
 
 class Retriever:
@@ -185,27 +211,22 @@ class Retriever:
         self._on_embedded = on_embedded
         self._scoring = scoring
         self._embedders = dict(embedders or {})
-        self._ttl = mapping_ttl_s
-        self._mapped: dict[str, tuple[float, set[str]]] = {}
-        self._metadata: dict[str, tuple[float, dict[str, str]]] = {}
+        self._mapped: TtlCache[str, set[str]] = TtlCache(mapping_ttl_s)
+        # Short-lived: a metadata key first written by an ingest becomes filterable within seconds.
+        self._metadata: TtlCache[str, dict[str, str]] = TtlCache(min(mapping_ttl_s, 5.0))
 
     async def _mapped_fields(self, index: str, budget: Budget) -> set[str]:
-        now = time.monotonic()
-        cached = self._mapped.get(index)
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        fields = await self._engine.mapped_fields(index, (*acl.ACL_FIELDS, VECTOR_FIELD), budget)
-        self._mapped[index] = (now + self._ttl, fields)
+        fields = self._mapped.get(index)
+        if fields is None:
+            fields = await self._engine.mapped_fields(index, (*acl.ACL_FIELDS, VECTOR_FIELD), budget)
+            self._mapped.put(index, fields)
         return fields
 
     async def _metadata_types(self, index: str, budget: Budget) -> dict[str, str]:
-        # Short-lived: a metadata key first written by an ingest becomes filterable within seconds.
-        now = time.monotonic()
-        cached = self._metadata.get(index)
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        types = await self._engine.metadata_types(index, budget)
-        self._metadata[index] = (now + min(self._ttl, 5.0), types)
+        types = self._metadata.get(index)
+        if types is None:
+            types = await self._engine.metadata_types(index, budget)
+            self._metadata.put(index, types)
         return types
 
     async def _query_vector(self, embedder_name: str, query: str, budget: Budget) -> Sequence[float]:

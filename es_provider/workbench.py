@@ -390,7 +390,7 @@ def rendered(name: ProtocolName, kb: KnowledgeBase, request: SearchRequest,
              result: SearchResult) -> tuple[Any, Sequence[Chunk]]:
     """The body the protocol would answer (its own renderer), and the chunks it holds."""
     if name == "sparktide":
-        encoded = sparktide.render_answer(result, legacy=kb.protocol == "legacy", top_k=request.top_k)
+        encoded = sparktide.render_answer(result, legacy=kb.protocol == "legacy")
         return orjson.loads(encoded.body), encoded.served
     if name == "agentarts":  # the handler's default page: offset 0, limit 10
         page = result.chunks[:AGENTARTS_PAGE]
@@ -487,8 +487,8 @@ async def why(request: web.Request) -> web.Response:
         which = {"term": {"document_id": ask.document_id}} if ask.document_id else {"ids": {"values": [ask.chunk_id]}}
         chunks = await retriever.stored_chunks(kb.alias, which, MAX_DOCUMENT_CHUNKS, budget)
         ids = [str(hit.get("_id")) for hit in chunks]
-        # The very search the protocol runs (the threshold is applied in Python, after it): its answer and surplus
-        # are the candidates, in order, that the threshold and the topK cut choose from.
+        # The very search the protocol runs (the threshold is applied in Python, after it): its ranked selection
+        # is the candidates, in order, that the threshold and the topK cut choose from.
         unthresholded = dataclasses.replace(wanted, score_threshold=0.0)
         result = await retriever.search(unthresholded, budget) if chunks else None
         metadata_matched = query_matched = None
@@ -503,7 +503,7 @@ async def why(request: web.Request) -> web.Response:
     if result is None:
         return web.json_response({"identity": _identity_json(identity), "found": 0, "reasons": [],
                                   "message": "no chunk with this id in the knowledge base"}, headers=HEADERS)
-    ranked = [(c.chunk_id, c.document_id, c.score) for c in (*result.chunks, *result.surplus)]
+    ranked = [(c.chunk_id, c.document_id, c.score) for c in result.ranked]
     reasons = explain.explain(
         chunks, identity, result.applied_filters,
         explain.Ranking(ranked, top_k=wanted.top_k, threshold=wanted.score_threshold),

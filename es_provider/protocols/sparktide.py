@@ -97,12 +97,12 @@ def fingerprint(data: dict[str, Any], identity: Identity) -> bytes:
     return hashlib.sha256(orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)).digest()
 
 
-def render_answer(result: SearchResult, *, legacy: bool, top_k: int) -> items.Encoded:
-    candidates = (*result.chunks, *result.surplus)  # a skipped item's place goes to the next candidate
+def render_answer(result: SearchResult, *, legacy: bool) -> items.Encoded:
+    # The topK cut is the rendering's limit, over every candidate: a skipped item's place goes to the next one.
     if legacy:
-        return items.render(candidates, {}, "documents", legacy=True, limit=top_k)
+        return items.render(result.ranked, {}, "documents", legacy=True, limit=result.top_k)
     envelope = {"protocolVersion": "1.0", "appliedFilters": [f.value for f in result.applied_filters]}
-    return items.render(candidates, envelope, "items", limit=top_k)
+    return items.render(result.ranked, envelope, "items", limit=result.top_k)
 
 
 def manifest(kb: KnowledgeBase, endpoint: str, version: str | None = None) -> dict[str, Any]:
@@ -196,7 +196,7 @@ async def callback(request: web.Request) -> web.Response:
         # retry, or a duplicate still in flight, gets the same bytes.
         async def search() -> Answer:
             result = await services.retriever.search(search_request, budget)
-            rendered = render_answer(result, legacy=kb.protocol == "legacy", top_k=search_request.top_k)
+            rendered = render_answer(result, legacy=kb.protocol == "legacy")
             for problem in rendered.problems:
                 log.warning("result item: %s", problem, extra={"executionId": req.executionId})
             return rendered.body, served(rendered.served), result.rerank

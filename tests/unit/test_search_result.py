@@ -1,0 +1,48 @@
+"""The neutral result is cut to topK once: it carries the whole ordered selection and topK, each protocol takes what
+it needs (Dify and AgentArts the answer, SparkTide the candidates past it for the items its rules skip)."""
+
+from __future__ import annotations
+
+import pytest
+
+from es_provider.domain import Chunk, SearchResult
+from es_provider.protocols.sparktide import render_answer
+
+
+def chunk(chunk_id: str) -> Chunk:
+    return Chunk(knowledge_id="kb", chunk_id=chunk_id, document_id=f"doc-{chunk_id}", content="text", title=None,
+                 tenant_id=None, source={"type": "DOCUMENT", "id": f"doc-{chunk_id}"}, metadata={}, score=0.5)
+
+
+def result(ids: list[str], top_k: int) -> SearchResult:
+    return SearchResult(ranked=tuple(chunk(i) for i in ids), top_k=top_k, applied_filters=())
+
+
+@pytest.mark.parametrize(
+    ("selected", "top_k", "answer"),
+    [
+        pytest.param(["a", "b", "c"], 2, ["a", "b"], id="more-than-top-k"),
+        pytest.param(["a", "b"], 2, ["a", "b"], id="exactly-top-k"),
+        pytest.param(["a"], 3, ["a"], id="fewer-than-top-k"),
+        pytest.param([], 3, [], id="nothing-selected"),
+    ],
+)
+def test_the_answer_is_the_selection_cut_to_top_k(selected: list[str], top_k: int, answer: list[str]) -> None:
+    found = result(selected, top_k)
+    assert [c.chunk_id for c in found.chunks] == answer
+    assert [c.chunk_id for c in found.ranked] == selected  # nothing lost past the cut
+
+
+@pytest.mark.parametrize(
+    ("selected", "top_k", "served"),
+    [
+        pytest.param(["a", "b", "c", "d"], 2, ["a", "b"], id="nothing-skipped"),
+        pytest.param(["a", "has space", "c", "d"], 2, ["a", "c"], id="skipped-item-replaced-by-the-next"),
+        pytest.param(["has space", "b"], 2, ["b"], id="no-candidate-left"),
+    ],
+)
+@pytest.mark.parametrize("legacy", [pytest.param(False, id="1.0"), pytest.param(True, id="legacy")])
+def test_sparktide_fills_a_skipped_item_from_past_the_cut(selected: list[str], top_k: int, served: list[str],
+                                                          legacy: bool) -> None:
+    rendered = render_answer(result(selected, top_k), legacy=legacy)
+    assert [c.chunk_id for c in rendered.served] == served

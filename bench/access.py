@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from bench.bodies import callback
 from bench.common import SECRET, config_text, loadgen, service, summarise
 from bench.identities import _median, code_version, warnings
 
@@ -91,8 +92,6 @@ def sink_rate(url: str, writers: int) -> dict[str, Any]:
 
 
 def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: int) -> dict[str, Any]:
-    from bench.run import callback
-
     route = f"/agent/knowledge/{kb['id']}/1"
     bodies = [callback(kb["id"], q) for q in queries]
     paths = configs(work, url, kb)

@@ -26,6 +26,7 @@ from typing import Any
 
 from bench import semantic
 from bench.common import ROOT, cli, config_text, service
+from bench.measure import latency, quality
 
 ES_LOCAL = ROOT / "scripts" / "elasticsearch-local"
 ELASTIC = {"8": "9202", "9": "9203"}  # version → HTTP port
@@ -72,8 +73,6 @@ def prepare(work: Path, name: str, url: str, main_kb: dict[str, Any], records: P
 
 def run(work: Path, os_url: str, main_kb: dict[str, Any], records: Path, queries: dict[str, str],
         qrels: dict[str, dict[str, int]], rounds: int, chunk_size: int) -> dict[str, Any]:
-    from bench.run import latency, quality  # sections 2 and 3, unchanged
-
     urls = {"opensearch": os_url}
     try:
         for version in ELASTIC:

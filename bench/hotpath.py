@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from bench import floor, scifact
+from bench.bodies import MAIN, callback, search_body
 from bench.common import PYTHON, ROOT, SECRET, cli, free_port, loadgen, service, summarise
 
 DEFAULT_KB = {"id": "ingest", "name": "SciFact ingest", "versions": ["1"], "alias": "bench-ingest",
@@ -179,8 +180,6 @@ def workers_and_replays(work: Path, url: str, main_kb: dict[str, Any], queries: 
                         rounds: int) -> dict[str, Any]:
     """Concurrency 32: direct, --workers 1, --workers 2; concurrency 1 and 32: signed callbacks with the replay store
     in the engine vs in memory. Each variant's runs interleave with the others'."""
-    from bench.run import MAIN, callback, search_body
-
     engine_store = config_with(work / "replays-engine.toml", url, [main_kb, SIGNED])
     memory_store = config_with(work / "replays-memory.toml", url, [main_kb, SIGNED], {"replay_store": "memory"})
     plain = [callback(main_kb["id"], q) for q in queries]
@@ -255,7 +254,6 @@ async def _load_tenants(url: str, index: str, docs: list[dict[str, Any]], tenant
 
 
 def scale(work: Path, url: str, records: Path, queries: list[str], rounds: int) -> dict[str, Any]:
-    from bench.run import callback, search_body
     from es_provider.ingest.records import SourceDocument, read_jsonl
     from es_provider.ingest.writer import chunk_documents
 

@@ -34,6 +34,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench.bodies import callback
 from bench.common import ROOT, SECRET, cli, config_text, loadgen, service, summarise
 
 INDEX = "bench-identities"  # the principal store's own index (not the default one other runs may use)
@@ -140,8 +141,6 @@ def _median(values: list[float]) -> float:
 
 
 def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: int) -> dict[str, Any]:
-    from bench.run import callback
-
     groups = users()
     file_mode, store_mode = configs(work, url, kb, groups)
     users_file = write_users(work / "identities-users.jsonl", groups)

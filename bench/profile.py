@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench.bodies import MAIN, callback, search_body
 from bench.common import SECRET, cpu_seconds, free_port, loadgen, wait_until_answering
 
 RATE_HZ = 500
@@ -139,7 +140,6 @@ def _profile(command: list[str], env: dict[str, str], ready_path: str, spec: dic
 def run(url: str, kb: dict[str, Any], config: Path, queries: list[str]) -> dict[str, Any]:
     import json
 
-    from bench.run import MAIN, callback, search_body
     from bench.scifact import GROUP
 
     plain = [callback(kb["id"], q) for q in queries]

@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from bench.bodies import MAIN, callback
 from bench.common import SECRET, config_text
 
 ROUNDS = 2000  # calls per stage for the pure stages
@@ -56,7 +57,6 @@ async def measure(url: str, kb: dict[str, Any], query: str) -> dict[str, float]:
     from aiohttp import web
     from aiohttp.test_utils import make_mocked_request
 
-    from bench.run import callback
     from es_provider import access, auth, dialect
     from es_provider.acl import Filter, ordered, rechecker
     from es_provider.config import parse_settings
@@ -144,11 +144,10 @@ async def measure(url: str, kb: dict[str, Any], query: str) -> dict[str, float]:
         out["re-check"] = _cpu_us(recheck, ROUNDS)
         out["calibrate"] = _cpu_us(lambda: scored_hits("bm25", [response], settings.scoring, terms=terms), ROUNDS)
         chunks = recheck()
-        result = SearchResult(chunks=tuple(chunks[:10]), surplus=tuple(chunks[10:]),
-                              applied_filters=plan.applied_filters)
+        result = SearchResult(ranked=tuple(chunks), top_k=request.top_k, applied_filters=plan.applied_filters)
 
         def render() -> web.Response:
-            rendered = sparktide.render_answer(result, legacy=False, top_k=request.top_k)
+            rendered = sparktide.render_answer(result, legacy=False)
             return kit.answer(rendered.body)
 
         out["render"] = _cpu_us(render, ROUNDS)
@@ -213,8 +212,6 @@ def run(url: str, kb: dict[str, Any], queries: list[str], *, service_cpu_ms: flo
 
 if __name__ == "__main__":  # python -m bench.stages URL: the stages alone, against a node holding bench-scifact
     import sys
-
-    from bench.run import MAIN
 
     print(json.dumps(run(sys.argv[1], MAIN, ["coronavirus vaccine efficacy"], service_cpu_ms=None, floor_cpu_ms=None),
                      indent=2))

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import urllib.request
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,15 @@ async def engine(opensearch: OpenSearchNode) -> AsyncIterator[Engine]:
     engine = Engine(opensearch.url, timeout_s=30)
     yield engine
     await engine.close()
+
+
+@pytest.fixture
+async def store(engine: Engine) -> AsyncIterator[str]:
+    """A principal store index of its own (the SCIM tests' [directory] index), dropped afterwards."""
+    index = f"test-principals-{uuid.uuid4().hex}"
+    yield index
+    if await engine.index_exists(index):
+        await engine.delete_index(index)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from helpers import calls
 from helpers.proxy import EngineProxy
+from helpers.records import metric
 from helpers.served import Served, free_port, kb_entry, write_config
 from helpers.setup import API_KEY, TEST_ENV, api_key, bearer, load_records
 
@@ -245,14 +246,6 @@ async def test_file_sink_writes_json_lines_that_access_reads(engine, kb, client_
     config = write_config(tmp_path / "config.toml", engine.url, [],
                           sections={"access_log": {"sinks": ["file"], "directory": str(folder)}})
     assert [r["id"] for r in run_access(config, "--subject", "u-alice")] == [response.headers["X-Access-Record"]]
-
-
-def metric(exposition: str, name: str) -> float:
-    total = 0.0
-    for line in exposition.splitlines():
-        if line.startswith(name) and (line[len(name)] in " {" if len(line) > len(name) else False):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 VIEW_KEY = "access-view-key-0123456789"

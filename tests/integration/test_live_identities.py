@@ -14,27 +14,18 @@ from typing import Any
 import aiohttp
 import pytest
 from helpers import calls
-from helpers.served import Served, write_config
+from helpers.scim_calls import DOCS, LIMIT_S, PATCH_OP, SCIM, TOKEN
+from helpers.served import Served, kb_entry, write_config
 from helpers.setup import API_KEY, HEAVY, TEST_ENV, load_records
 
-TOKEN = "scim-token-0123456789abcdef"
 TRIALS = 100 if HEAVY else 24  # each is two polls; 100 took 110 s of the suite
-LIMIT_S = 2.0
-SCIM = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/scim+json"}
-PATCH_OP = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
-DOCS = [{"document_id": "eng-plan", "title": "Plan", "tenant_id": "team-a", "content": "installation plan for eng",
-         "acl": {"groups": ["eng-team"]}},
-        {"document_id": "public-note", "title": "Note", "tenant_id": "team-a", "content": "installation note",
-         "acl": {"public": True}}]
 
 
 @pytest.fixture
 async def instances(engine, kb, opensearch, tmp_path) -> Any:
     await load_records(engine, kb, DOCS)
     index = f"test-principals-{uuid.uuid4().hex}"
-    entry = {"id": kb.id, "name": kb.name, "versions": kb.versions, "alias": kb.alias,
-             "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 5, "secret_ref": "TEST_CALLBACK_KEY",
-             "apps": ["app-1"]}
+    entry = kb_entry(kb.alias)
     keys = [{"key_ref": "TEST_API_KEY", "app": "app-1", "tenants": ["team-a"], "subject": "u-dana",
              "subjects": ["*"], "knowledge": [kb.id]}]
     config = write_config(tmp_path / "config.toml", opensearch.url, [entry], api_keys=keys,

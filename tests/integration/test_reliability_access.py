@@ -18,10 +18,10 @@ import pytest
 from aiohttp import web
 from helpers import calls
 from helpers.proxy import EngineProxy
+from helpers.records import metric, record_ids
 from helpers.setup import load_records
 
 from es_provider.engine import Engine
-from es_provider.errors import ErrorCode, KnowledgeError
 
 DOCS = [{"document_id": f"doc-{n}", "content": f"installation notes number {n}.", "tenant_id": "team-a",
          "acl": {"public": True}} for n in range(4)]
@@ -31,27 +31,6 @@ BLOCKED_FOR_S = 3.0
 def section(prefix: str, tmp: Any, spool: bool, **changes: Any) -> dict[str, Any]:
     spooling = {"spool": True, "spool_dir": str(tmp / "spool")} if spool else {"spool": False}
     return {"index": prefix, "flush_interval_s": 0.1, "max_delay_s": 1.0, **spooling, **changes}
-
-
-async def records_of(engine: Engine, prefix: str, ids: set[str], timeout_s: float = 20.0) -> set[str]:
-    """The ids of the records in, once all of `ids` are (or the time is up)."""
-    deadline = time.monotonic() + timeout_s
-    found: set[str] = set()
-    while True:
-        try:
-            await engine.refresh(f"{prefix}-*")
-            found = {hit["_id"] async for hit in engine.scan(f"{prefix}-*")}
-        except KnowledgeError as exc:
-            if exc.code is not ErrorCode.UNAVAILABLE or time.monotonic() > deadline:
-                raise
-        if ids <= found or time.monotonic() > deadline:
-            return found
-        await asyncio.sleep(0.3)
-
-
-def metric(exposition: str, name: str) -> float:
-    return sum(float(line.rsplit(" ", 1)[1]) for line in exposition.splitlines()
-               if line.startswith(name) and len(line) > len(name) and line[len(name)] in " {")
 
 
 class BulkRefusingProxy(EngineProxy):
@@ -123,7 +102,7 @@ async def count_across(engine: Engine, client: Any, prefix: str, outage: Callabl
         await asyncio.sleep(0.2)
     after += await ask_while(client, 0.5, f"{tag}-after")
     given = {rid for status, rid in during + after if status == 200}
-    found = await records_of(engine, prefix, given)
+    found = await record_ids(engine, prefix, given, 20.0, poll_s=0.3)
     metrics = await (await client.get("/metrics")).text()
     return {"answers": len(during), "given": sum(1 for s, _ in during if s == 200),
             "refused": sum(1 for s, _ in during if s == 503), "other": [s for s, _ in during if s not in (200, 503)],
@@ -160,7 +139,7 @@ async def test_a_write_blocked_or_closed_day_index_is_an_outage_not_a_bad_record
     await load_records(engine, kb, DOCS)
     client = await client_for(kb, access_log=section(drop_prefix, tmp_path, spool))
     first = await ask_while(client, 0.01, "first")
-    assert await records_of(engine, drop_prefix, {first[0][1]}) >= {first[0][1]}  # the day's index exists
+    assert await record_ids(engine, drop_prefix, {first[0][1]}, 20.0, poll_s=0.3) >= {first[0][1]}  # the day's index exists
     index = await day_index(engine, drop_prefix)
     await outage(engine, index, True)
     try:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from helpers.calls import body, headers
+from helpers.records import metric, record_ids
 from helpers.setup import LOCAL, load_records, new_kb
 
 from es_provider import admin
@@ -174,7 +175,7 @@ async def test_three_node_cluster_loses_its_cluster_manager_under_load(client_fo
             return killed_at
 
         await ask_all(1)  # the day's access index exists
-        await records_of(engine, prefix, {rid for rid, _ in answers})
+        await record_ids(engine, prefix, {rid for rid, _ in answers}, tolerated=(Exception,))
 
         # (a) The elected cluster-manager.
         manager = await node_of(engine, lambda: engine._client.cat.cluster_manager(format="json"))
@@ -222,7 +223,7 @@ async def test_three_node_cluster_loses_its_cluster_manager_under_load(client_fo
                                                                     answers[answers_before:]))
 
         # Every answer given has its record once the cluster is whole (the spool drained), none twice.
-        found = await records_of(engine, prefix, {rid for rid, _ in answers}, timeout_s=120)
+        found = await record_ids(engine, prefix, {rid for rid, _ in answers}, 120, tolerated=(Exception,))
         records = {hit["_id"]: hit["_source"] async for hit in engine.scan(f"{prefix}-*")}
         metrics = await (await client.get("/metrics")).text()
         spooled = metric(metrics, "es_provider_access_records_spooled_total")
@@ -287,22 +288,3 @@ async def day_index(engine: Engine, prefix: str) -> str:
     return str(name)
 
 
-async def records_of(engine: Engine, prefix: str, ids: set[str], timeout_s: float = 30.0) -> set[str]:
-    """The record ids in the daily indices, once all of `ids` are (or the time is up)."""
-    deadline = time.monotonic() + timeout_s
-    found: set[str] = set()
-    while True:
-        try:
-            await engine.refresh(f"{prefix}-*")
-            found = {hit["_id"] async for hit in engine.scan(f"{prefix}-*")}
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-        if ids <= found or time.monotonic() > deadline:
-            return found
-        await asyncio.sleep(0.5)
-
-
-def metric(exposition: str, name: str) -> float:
-    return sum(float(line.rsplit(" ", 1)[1]) for line in exposition.splitlines()
-               if line.startswith(name) and len(line) > len(name) and line[len(name)] in " {")

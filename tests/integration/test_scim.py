@@ -12,11 +12,12 @@ import logging
 import time
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.scim_calls import ENTERPRISE, ERROR, GROUP, SCIM_TYPE, TOKEN, USER, auth, patch
 from helpers.served import Served, write_config
 from helpers.setup import API_KEY, TEST_ENV, api_key, new_kb
 from scim2_server.testing import AsyncScimStorageContract, BlockingStorage
@@ -27,31 +28,7 @@ from es_provider.engine import Engine
 from es_provider.scim_storage import DirectoryStorage
 from es_provider.service import SERVICES
 
-TOKEN = "scim-token-0123456789abcdef"
 WORKBENCH_KEY = "workbench-key-0123456789"
-SCIM_TYPE = "application/scim+json"
-USER = "urn:ietf:params:scim:schemas:core:2.0:User"
-GROUP = "urn:ietf:params:scim:schemas:core:2.0:Group"
-ENTERPRISE = "urn:ietf:params:scim:schemas:extension:enterprise:2.0:User"
-PATCH_OP = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
-ERROR = "urn:ietf:params:scim:api:messages:2.0:Error"
-
-
-def auth(token: str = TOKEN) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}", "Content-Type": SCIM_TYPE}
-
-
-def patch(*operations: dict[str, Any]) -> str:
-    return json.dumps({"schemas": [PATCH_OP], "Operations": list(operations)})
-
-
-@pytest.fixture
-async def store(engine: Engine) -> AsyncIterator[str]:
-    """A principal store index of its own, dropped afterwards."""
-    index = f"test-principals-{uuid.uuid4().hex}"
-    yield index
-    if await engine.index_exists(index):
-        await engine.delete_index(index)
 
 
 @pytest.fixture

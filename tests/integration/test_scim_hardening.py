@@ -11,38 +11,15 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from helpers import calls
+from helpers.scim_calls import DOCS, GROUP, LIMIT_S, PATCH_OP, SCIM, TOKEN, USER, patch
 from helpers.setup import API_KEY, api_key, load_records
 
 from es_provider import directory
 from es_provider.engine import Engine
-
-TOKEN = "scim-token-0123456789abcdef"
-SCIM = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/scim+json"}
-USER = "urn:ietf:params:scim:schemas:core:2.0:User"
-GROUP = "urn:ietf:params:scim:schemas:core:2.0:Group"
-PATCH_OP = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
-LIMIT_S = 2.0
-DOCS = [{"document_id": "eng-plan", "title": "Plan", "tenant_id": "team-a", "content": "installation plan for eng",
-         "acl": {"groups": ["eng-team"]}},
-        {"document_id": "public-note", "title": "Note", "tenant_id": "team-a", "content": "installation note",
-         "acl": {"public": True}}]
-
-
-def patch(*operations: dict[str, Any]) -> str:
-    return json.dumps({"schemas": [PATCH_OP], "Operations": list(operations)})
-
-
-@pytest.fixture
-async def store(engine: Engine) -> AsyncIterator[str]:
-    index = f"test-principals-{uuid.uuid4().hex}"
-    yield index
-    if await engine.index_exists(index):
-        await engine.delete_index(index)
 
 
 @pytest.fixture
@@ -55,7 +32,7 @@ async def two(client_for, kb, engine, store) -> list[Any]:
             for _ in range(2)]
 
 
-async def scim(client: Any, method: str, path: str, body: str | None = None) -> tuple[int, dict[str, Any]]:
+async def scim(client: Any, method: str, path: str, body: str | bytes | None = None) -> tuple[int, dict[str, Any]]:
     response = await client.request(method, f"/scim/v2{path}", headers=SCIM, data=body)
     return response.status, (await response.json(content_type=None) if response.status != 204 else {})
 

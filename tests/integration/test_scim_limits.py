@@ -10,29 +10,16 @@ from typing import Any
 
 import orjson
 import pytest
+from helpers.scim_calls import ERROR, GROUP, SCIM, TOKEN, USER, patch
 from helpers.setup import new_kb
 
 from es_provider import scim_bounds
 
-TOKEN = "scim-token-0123456789abcdef"
-SCIM = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/scim+json"}
-PATCH_OP = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
-USER = "urn:ietf:params:scim:schemas:core:2.0:User"
-GROUP = "urn:ietf:params:scim:schemas:core:2.0:Group"
-ERROR = "urn:ietf:params:scim:api:messages:2.0:Error"
-
 
 @pytest.fixture
-async def client(client_for, engine) -> Any:
-    index = f"test-principals-{uuid.uuid4().hex}"
-    yield await client_for(new_kb(), env={"SCIM_TOKEN": TOKEN}, scim={"enabled": True, "token_ref": "SCIM_TOKEN"},
-                           directory={"index": index})
-    if await engine.index_exists(index):
-        await engine.delete_index(index)
-
-
-def patch(*operations: dict[str, Any]) -> bytes:
-    return orjson.dumps({"schemas": [PATCH_OP], "Operations": list(operations)})
+async def client(client_for, store) -> Any:
+    return await client_for(new_kb(), env={"SCIM_TOKEN": TOKEN}, scim={"enabled": True, "token_ref": "SCIM_TOKEN"},
+                            directory={"index": store})
 
 
 async def send(client: Any, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:

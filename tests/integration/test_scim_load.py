@@ -18,16 +18,14 @@ import aiohttp
 import orjson
 import pytest
 from helpers.calls import ROUTE, body, headers
-from helpers.served import Served, p99, write_config
+from helpers.scim_calls import SCIM, TOKEN, patch
+from helpers.served import Served, kb_entry, p99, write_config
 from helpers.setup import HEAVY, TEST_ENV, load_records
 
 from es_provider.scim_bounds import MAX_FILTER_TERMS, MAX_GROUP_MEMBERS, MAX_OPERATIONS
 
 PHASE_SECONDS = 20 if HEAVY else 12
 USERS = 200
-TOKEN = "scim-token-0123456789abcdef"
-SCIM = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/scim+json"}
-PATCH_OP = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
 DOCS = [{"document_id": f"d{i}", "title": f"installation {i}", "content": f"installation note {i} alpha beta",
          "tenant_id": "team-a", "acl": {"public": True}} for i in range(100)]
 
@@ -36,9 +34,7 @@ DOCS = [{"document_id": f"d{i}", "title": f"installation {i}", "content": f"inst
 async def service(engine, kb, opensearch, tmp_path) -> Any:
     await load_records(engine, kb, DOCS)
     index = f"test-principals-{uuid.uuid4().hex}"
-    entry = {"id": kb.id, "name": kb.name, "versions": kb.versions, "alias": kb.alias,
-             "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 5, "secret_ref": "TEST_CALLBACK_KEY",
-             "apps": ["app-1"]}
+    entry = kb_entry(kb.alias)
     config = write_config(tmp_path / "config.toml", opensearch.url, [entry], sections={
         "scim": {"enabled": True, "token_ref": "SCIM_TOKEN"}, "directory": {"index": index}})
     served = Served(config, {**TEST_ENV, "SCIM_TOKEN": TOKEN, "OPENSEARCH_URL": opensearch.url},
@@ -47,10 +43,6 @@ async def service(engine, kb, opensearch, tmp_path) -> Any:
     served.stop()
     if await engine.index_exists(index):
         await engine.delete_index(index)
-
-
-def patch(*operations: dict[str, Any]) -> bytes:
-    return orjson.dumps({"schemas": [PATCH_OP], "Operations": list(operations)})
 
 
 def removes(values: list[str]) -> bytes:

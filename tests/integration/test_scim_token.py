@@ -9,21 +9,15 @@ import uuid
 from typing import Any
 
 import pytest
+from helpers.scim_calls import ERROR, SCIM_TYPE, TOKEN, auth
 from helpers.setup import API_KEY, CALLBACK_SECRET, TEST_ENV, api_key, new_kb, settings_for
 
 from es_provider import scim
 from es_provider.app import create_app
 from es_provider.errors import StartupError
 
-TOKEN = "scim-token-0123456789abcdef"
-SCIM_TYPE = "application/scim+json"
-ERROR = "urn:ietf:params:scim:api:messages:2.0:Error"
 WB_KEY = "workbench-key-0123456789"
 VIEW_KEY = "access-view-key-0123456789"
-
-
-def auth(token: str = TOKEN) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}", "Content-Type": SCIM_TYPE}
 
 
 async def test_wrong_tokens_lock_the_client_out(client_for, caplog) -> None:

@@ -17,6 +17,7 @@ install: $(VENV)/.installed
 lint: install
 	$(BIN)/ruff check es_provider tests bench
 	$(BIN)/mypy es_provider
+	$(BIN)/lint-imports
 
 compose-check:
 	scripts/check-compose
@@ -66,7 +67,7 @@ opensearch-stop:
 # The configuration reference is generated from the settings models (tests/unit/test_config_reference.py fails while
 # it is out of date).
 config-reference: install
-	$(BIN)/python -m es_provider.config_reference > docs/configuration.md
+	$(BIN)/python -m es_provider.config.reference > docs/configuration.md
 
 ## run               venv + install, a real OpenSearch, the sample knowledge base, the provider on 127.0.0.1:8080; prints curl
 ## test              what CI runs: install, lint, compose check, unit + integration tests on real OpenSearch and Elasticsearch
@@ -79,7 +80,7 @@ config-reference: install
 ## reliability       the reliability modules at full size; writes docs/reliability.md
 ## opensearch-start  a local OpenSearch node without Docker (scripts/opensearch-local start)
 ## opensearch-stop   stop it (scripts/opensearch-local stop)
-## config-reference  regenerate docs/configuration.md from the settings models (es_provider/config.py)
+## config-reference  regenerate docs/configuration.md from the settings models (es_provider/config/settings.py)
 ## help              this list
 .PHONY: help config-reference
 help:

@@ -42,7 +42,7 @@ def configs(work: Path, url: str, kb: dict[str, Any]) -> dict[str, Path]:
 
 def sample_record(n: int) -> dict[str, Any]:
     """A record as a SparkTide answer of 10 chunks leaves it (es_provider/access.py record())."""
-    from es_provider import access
+    from es_provider.audit import access
 
     entry = access.Entry("sparktide", "/agent/knowledge/{knowledge_id}/{version}", "POST", "10.1.2.3",
                          credential="callback:BENCH_SECRET", app_id="bench", tenants=("bench",),
@@ -55,8 +55,8 @@ def sample_record(n: int) -> dict[str, Any]:
 
 def sink_rate(url: str, writers: int) -> dict[str, Any]:
     """Records per second the node takes from `writers` concurrent batches of 500 through the recorder's sink."""
-    from es_provider.engine import Engine
-    from es_provider.recorder import IndexSink
+    from es_provider.audit.recorder import IndexSink
+    from es_provider.engine.client import Engine
 
     async def run() -> dict[str, Any]:
         engine = Engine(url)

@@ -27,7 +27,7 @@ import httptools
 import orjson
 
 from bench.common import cpu_seconds, free_port, wait_until_answering
-from es_provider.http1 import Pool
+from es_provider.engine.http1 import Pool
 
 
 async def serve(kind: str, port: int, engine: str, index: str, bodies: list[bytes]) -> None:

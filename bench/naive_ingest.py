@@ -12,7 +12,7 @@ from typing import Any
 
 from opensearchpy import OpenSearch, helpers
 
-from es_provider.admin import load_index_body
+from es_provider.ingest.admin import load_index_body
 
 INDEX = "bench-naive-ingest"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 from opensearchpy import AsyncOpenSearch
 
-from es_provider.admin import load_index_body
+from es_provider.ingest.admin import load_index_body
 from es_provider.ingest.chunker import DEFAULT_OVERLAP
 from es_provider.ingest.records import SourceDocument, read_jsonl
 from es_provider.ingest.writer import chunk_documents

@@ -45,7 +45,7 @@ def _kb(kb_id: str, **extra: Any) -> dict[str, Any]:
 
 
 def judged(folder: str, split: str, limit: int | None = None) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
-    from es_provider.calibrate import load_judgments
+    from es_provider.search.calibrate import load_judgments
 
     texts, qrels = load_judgments(DATA / folder / "queries.jsonl", DATA / folder / "qrels" / f"{split}.tsv")
     chosen = list(qrels)[:limit] if limit else list(qrels)
@@ -134,7 +134,7 @@ async def _load_index(url: str, index: str, records: Path, size: int, *, neighbo
     with `neighbours`, each chunk's context is the chunk with the one before and after (the previous default)."""
     from opensearchpy import AsyncOpenSearch, helpers
 
-    from es_provider.admin import load_index_body
+    from es_provider.ingest.admin import load_index_body
     from es_provider.ingest.records import DocumentRecord, SourceDocument
     from es_provider.ingest.writer import chunk_documents
 
@@ -161,10 +161,10 @@ async def _load_index(url: str, index: str, records: Path, size: int, *, neighbo
 
 def _body(text: str, *, context: bool, collapse: bool, size: int = 100) -> dict[str, Any]:
     """The service's BM25 body for `text` (query.py), with its context clause or collapse taken out for a variant."""
-    from es_provider.acl import Identity
-    from es_provider.config import KnowledgeBase
-    from es_provider.domain import SearchRequest
-    from es_provider.query import build_search
+    from es_provider.config.settings import KnowledgeBase
+    from es_provider.core.acl import Identity
+    from es_provider.search.domain import SearchRequest
+    from es_provider.search.query import build_search
 
     kb = KnowledgeBase.model_validate(_kb("variant", one_chunk_per_document=collapse), strict=False)
     request = SearchRequest((kb,), text, Identity.of("bench", None, None), (), size)
@@ -177,7 +177,7 @@ def _body(text: str, *, context: bool, collapse: bool, size: int = 100) -> dict[
 
 def _plain_body(text: str) -> dict[str, Any]:
     """The engine's own BM25 over whole documents: the multi_match the service used before chunks had context."""
-    from es_provider.query import bounded_text, text_fields
+    from es_provider.search.query import bounded_text, text_fields
 
     query = bounded_text(text)
     return {"size": 100, "_source": ["document_id"], "query": {"multi_match": {

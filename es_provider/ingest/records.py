@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from es_provider.markup import strip_markup
-from es_provider.strictjson import StrictJsonError, loads_object
+from es_provider.core.markup import strip_markup
+from es_provider.core.strictjson import StrictJsonError, loads_object
 
 Key = Annotated[str, Field(min_length=1, max_length=512)]
 

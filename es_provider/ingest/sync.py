@@ -18,7 +18,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from es_provider.engine import Engine, wait_out_block
+from es_provider.engine.client import Engine, wait_out_block
 from es_provider.ingest.records import RecordError, SourceDocument
 from es_provider.ingest.sources import OptionError
 from es_provider.ingest.writer import LABEL_FIELD, LOOKUP_BATCH, first_occurrences, refusals

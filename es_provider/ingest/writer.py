@@ -34,14 +34,14 @@ from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception_type, wait_exponential
 
-from es_provider.config import KnowledgeBase
-from es_provider.deadline import fixed_budget
-from es_provider.embedders import Embedder, passage_text
-from es_provider.engine import Engine, wait_out_block
+from es_provider.config.settings import KnowledgeBase
+from es_provider.core.deadline import fixed_budget
+from es_provider.engine.client import Engine, wait_out_block
+from es_provider.engine.transient import blocked_write, transient_status
 from es_provider.ingest.chunker import DEFAULT_OVERLAP, DEFAULT_SIZE, chunk_id, split_text
 from es_provider.ingest.records import RecordError, SourceDocument
-from es_provider.query import VECTOR_FIELD
-from es_provider.transient import blocked_write, transient_status
+from es_provider.search.embedders import Embedder, passage_text
+from es_provider.search.query import VECTOR_FIELD
 
 LARGE_LOAD_DOCUMENTS = 500
 LOOKUP_BATCH = 500  # document ids per terms query (tenant check, stale-chunk cleanup)

@@ -16,13 +16,14 @@ import orjson
 from aiohttp import web
 from pydantic import Field
 
-from es_provider import access, acl, auth
-from es_provider.config import ApiKey, KnowledgeBase, RetrievalMode
-from es_provider.domain import Chunk, SearchRequest, served
-from es_provider.errors import KnowledgeError, forbidden, protocol_error, unauthenticated
-from es_provider.protocols import kit
-from es_provider.service import SERVICES, Services
-from es_provider.strictjson import StrictModel
+from es_provider.audit import access
+from es_provider.config.settings import ApiKey, KnowledgeBase, RetrievalMode
+from es_provider.core import acl
+from es_provider.core.errors import KnowledgeError, forbidden, protocol_error, unauthenticated
+from es_provider.core.strictjson import StrictModel
+from es_provider.edge import auth, kit
+from es_provider.edge.service import SERVICES, Services
+from es_provider.search.domain import Chunk, SearchRequest, served
 
 log = logging.getLogger("es_provider.agentarts")
 

@@ -11,11 +11,12 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from es_provider import access, auth, metadata
-from es_provider.domain import Chunk, SearchRequest, served
-from es_provider.errors import ErrorCode, KnowledgeError, protocol_error
-from es_provider.protocols import kit
-from es_provider.service import SERVICES
+from es_provider.audit import access
+from es_provider.core import metadata
+from es_provider.core.errors import ErrorCode, KnowledgeError, protocol_error
+from es_provider.edge import auth, kit
+from es_provider.edge.service import SERVICES
+from es_provider.search.domain import Chunk, SearchRequest, served
 
 log = logging.getLogger("es_provider.dify")
 

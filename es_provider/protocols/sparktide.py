@@ -17,18 +17,18 @@ import orjson
 from aiohttp import web
 from pydantic import Field
 
-from es_provider import access, auth
-from es_provider.acl import Filter, Identity, ordered
-from es_provider.config import FilterName, KnowledgeBase, Settings
-from es_provider.deadline import budget_from_deadline
-from es_provider.domain import SearchRequest, SearchResult, served
-from es_provider.errors import ErrorCode, KnowledgeError, forbidden, protocol_error, unauthenticated
-from es_provider.idempotency import Answer
-from es_provider.logs import REQUEST_IDS
-from es_provider.protocols import kit
+from es_provider.audit import access
+from es_provider.config.settings import FilterName, KnowledgeBase, Settings
+from es_provider.core.acl import Filter, Identity, ordered
+from es_provider.core.deadline import budget_from_deadline
+from es_provider.core.errors import ErrorCode, KnowledgeError, forbidden, protocol_error, unauthenticated
+from es_provider.core.logs import REQUEST_IDS
+from es_provider.core.strictjson import StrictModel
+from es_provider.edge import auth, kit
+from es_provider.edge.idempotency import Answer
+from es_provider.edge.service import SERVICES
 from es_provider.protocols import sparktide_items as items
-from es_provider.service import SERVICES
-from es_provider.strictjson import StrictModel
+from es_provider.search.domain import SearchRequest, SearchResult, served
 
 log = logging.getLogger("es_provider.sparktide")
 

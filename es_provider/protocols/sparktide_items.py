@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from es_provider.domain import Chunk
+from es_provider.search.domain import Chunk
 
 MAX_ITEMS = 100
 MAX_BODY_BYTES = 1024 * 1024

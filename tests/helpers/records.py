@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from es_provider.engine import Engine
-from es_provider.errors import KnowledgeError
+from es_provider.core.errors import KnowledgeError
+from es_provider.engine.client import Engine
 
 
 async def record_ids(engine: Engine, prefix: str, ids: set[str], timeout_s: float = 30.0, *, poll_s: float = 0.5,

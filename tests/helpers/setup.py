@@ -11,8 +11,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from es_provider.config import KnowledgeBase
-from es_provider.engine import Engine
+from es_provider.config.settings import KnowledgeBase
+from es_provider.engine.client import Engine
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 HEAVY = os.environ.get("ES_PROVIDER_HEAVY") == "1"
@@ -58,7 +58,7 @@ def vector_kb(**overrides: Any) -> KnowledgeBase:
 
 
 def settings_for(url: str, *kbs: KnowledgeBase, **overrides: Any) -> Any:
-    from es_provider.config import Settings
+    from es_provider.config.settings import Settings
 
     raw: dict[str, Any] = {
         "opensearch": {"url": url},

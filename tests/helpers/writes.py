@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from es_provider import admin
-from es_provider.config import KnowledgeBase
-from es_provider.engine import Engine
+from es_provider.config.settings import KnowledgeBase
+from es_provider.engine.client import Engine
+from es_provider.ingest import admin
 from es_provider.ingest.records import DocumentRecord, SourceDocument
 from es_provider.ingest.writer import ingest
 

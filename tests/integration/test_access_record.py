@@ -22,8 +22,8 @@ from helpers.records import metric
 from helpers.served import Served, free_port, kb_entry, write_config
 from helpers.setup import API_KEY, TEST_ENV, api_key, bearer, load_records
 
-from es_provider.engine import Engine
-from es_provider.errors import ErrorCode, KnowledgeError
+from es_provider.core.errors import ErrorCode, KnowledgeError
+from es_provider.engine.client import Engine
 
 QUERY = "installation zebracorn"  # a query text that must never appear in a record
 QUERY_KEY = "access-query-key-0123456789"

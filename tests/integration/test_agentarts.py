@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from helpers.setup import API_KEY, api_key, bearer, load_records, new_kb
 
-from es_provider import admin
+from es_provider.ingest import admin
 
 DENIED = "KNOWLEDGE_ACCESS_DENIED"
 PROTOCOL = "KNOWLEDGE_PROTOCOL_ERROR"

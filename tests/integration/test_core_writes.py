@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from helpers.setup import load_records, new_kb
 
-from es_provider import admin
-from es_provider.engine import Engine
-from es_provider.errors import WriteBlocked
+from es_provider.core.errors import WriteBlocked
+from es_provider.engine.client import Engine
+from es_provider.ingest import admin
 
 RECORDS = [
     {"document_id": f"doc-{i}", "title": f"Document {i}", "tenant_id": "team-a",

@@ -23,7 +23,7 @@ from helpers.calls import ROUTE, body, headers
 from helpers.served import Served, write_config
 from helpers.setup import CALLBACK_SECRET, TEST_ENV, api_key, bearer, load_records, new_kb
 
-from es_provider.query import MAX_QUERY_UNITS, bounded_text, text_fields
+from es_provider.search.query import MAX_QUERY_UNITS, bounded_text, text_fields
 
 # --- 1. API keys read within their tenants on every knowledge base ---
 
@@ -350,8 +350,8 @@ def test_logs_are_not_forged_and_disconnects_are_not_failures(text_logged: Serve
 async def test_a_process_sweeps_the_replay_index_before_its_first_signed_call(engine) -> None:
     """A restarted process (or one that never gets a signed call) still forgets expired signatures that others
     wrote: the sweep used to start only after this process's own first signed callback."""
-    from es_provider.deadline import fixed_budget
-    from es_provider.replays import SharedReplays
+    from es_provider.core.deadline import fixed_budget
+    from es_provider.edge.replays import SharedReplays
 
     index = f"test-replays-{uuid.uuid4().hex}"
     writer = SharedReplays(engine, index)
@@ -378,8 +378,8 @@ async def test_a_process_sweeps_the_replay_index_before_its_first_signed_call(en
 async def test_a_search_stops_on_the_engine_when_its_budget_ends(engine, kb) -> None:
     """When a request's budget ends, its search's connection is closed, and the engine cancels the search task
     (OpenSearch and Elasticsearch cancel a search whose HTTP channel closed): it does not go on burning CPU."""
-    from es_provider.deadline import fixed_budget
-    from es_provider.errors import KnowledgeError
+    from es_provider.core.deadline import fixed_budget
+    from es_provider.core.errors import KnowledgeError
 
     await load_records(engine, kb, [{"document_id": f"d{i}", "content": f"alpha {i}", "tenant_id": "team-a",
                                      "acl": {"public": True}} for i in range(4000)])
@@ -405,7 +405,7 @@ async def test_a_search_stops_on_the_engine_when_its_budget_ends(engine, kb) -> 
 
 
 async def test_metrics_can_ask_for_their_own_token(kb, client_for) -> None:
-    from es_provider.errors import StartupError
+    from es_provider.core.errors import StartupError
 
     open_metrics = await client_for(kb)
     assert (await open_metrics.get("/metrics")).status == 200  # the default: a scraper on a private port

@@ -20,8 +20,8 @@ from helpers import served
 from helpers.calls import ROUTE, body, headers
 from helpers.setup import api_key, bearer, load_records, new_kb
 
-from es_provider import admin
-from es_provider.deadline import fixed_budget
+from es_provider.core.deadline import fixed_budget
+from es_provider.ingest import admin
 
 FILES = Path(__file__).resolve().parent.parent / "fixtures" / "files"
 

@@ -26,10 +26,9 @@ from helpers.calls import ROUTE, body, headers
 from helpers.proxy import EngineProxy
 from helpers.setup import api_key, bearer, new_kb
 
-from es_provider import admin
-from es_provider.deadline import fixed_budget
-from es_provider.engine import Engine
-from es_provider.ingest import sync
+from es_provider.core.deadline import fixed_budget
+from es_provider.engine.client import Engine
+from es_provider.ingest import admin, sync
 from es_provider.ingest.records import AclRecord, DocumentRecord, SourceDocument, SourceRef
 from es_provider.ingest.writer import LABEL_FIELD, chunk_documents
 

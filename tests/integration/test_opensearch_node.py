@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from es_provider.engine import Engine
+from es_provider.engine.client import Engine
 
 
 async def test_node_is_real_opensearch_2_19(opensearch, engine: Engine) -> None:

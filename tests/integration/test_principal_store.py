@@ -14,8 +14,8 @@ from typing import Any
 from helpers.calls import ROUTE, body, headers
 from helpers.setup import api_key, bearer, load_records
 
-from es_provider import directory
-from es_provider.principals import announce_change
+from es_provider.identity import directory
+from es_provider.identity.principals import announce_change
 
 DOCS = [{"document_id": "eng-plan", "title": "Plan", "tenant_id": "team-a", "content": "installation plan for eng",
          "acl": {"groups": ["eng"]}},

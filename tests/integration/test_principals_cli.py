@@ -14,7 +14,7 @@ from typing import Any
 
 from helpers.served import write_config
 
-from es_provider import directory
+from es_provider.identity import directory
 
 
 def run(config: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -15,13 +15,12 @@ from helpers import acl_corpus
 from helpers.setup import TEST_ENV, api_key, bearer, load_records, settings_for
 from pydantic import Field
 
-from es_provider import auth
-from es_provider.app import PROTOCOLS, create_app
-from es_provider.domain import SearchRequest
-from es_provider.errors import KnowledgeError, unauthenticated
-from es_provider.protocols import kit
-from es_provider.service import SERVICES
-from es_provider.strictjson import StrictModel
+from es_provider.core.errors import KnowledgeError, unauthenticated
+from es_provider.core.strictjson import StrictModel
+from es_provider.edge import auth, kit
+from es_provider.edge.service import SERVICES
+from es_provider.search.domain import SearchRequest
+from es_provider.web.app import PROTOCOLS, create_app
 
 
 class ToyRequest(StrictModel):

@@ -21,7 +21,7 @@ from helpers.proxy import EngineProxy
 from helpers.records import metric, record_ids
 from helpers.setup import load_records
 
-from es_provider.engine import Engine
+from es_provider.engine.client import Engine
 
 DOCS = [{"document_id": f"doc-{n}", "content": f"installation notes number {n}.", "tenant_id": "team-a",
          "acl": {"public": True}} for n in range(4)]

@@ -19,8 +19,8 @@ from helpers.calls import body, headers
 from helpers.records import metric, record_ids
 from helpers.setup import LOCAL, load_records, new_kb
 
-from es_provider import admin
-from es_provider.engine import Engine
+from es_provider.engine.client import Engine
+from es_provider.ingest import admin
 
 CACHE = Path(os.environ.get("ES_PROVIDER_CACHE", Path.home() / ".cache" / "es-provider"))
 DOCS = [{"document_id": f"d{i}", "content": f"alpha note {i}", "tenant_id": "team-a", "acl": {"public": True}}

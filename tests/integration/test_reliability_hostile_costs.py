@@ -16,7 +16,7 @@ import pytest
 from helpers.served import Served, p99, run_loadgen, write_config
 from helpers.setup import API_KEY, HEAVY, TEST_ENV, load_records
 
-from es_provider.metadata import MAX_PATTERN_BYTES, MAX_PATTERN_CONDITIONS, MAX_WILDCARD_CONDITIONS
+from es_provider.core.metadata import MAX_PATTERN_BYTES, MAX_PATTERN_CONDITIONS, MAX_WILDCARD_CONDITIONS
 
 PHASE_SECONDS = 20 if HEAVY else 6
 RATE = 20  # the calm key's requests per second

@@ -159,7 +159,7 @@ async def test_shared_index_statistics_side_channel_is_measured(engine, kb, clie
     tenant close it."""
     from helpers.setup import new_kb
 
-    from es_provider import admin
+    from es_provider.ingest import admin
 
     mine = {"document_id": "mine", "content": "zeta alpha report", "tenant_id": "team-a", "acl": {"public": True}}
     theirs = [{"document_id": f"theirs-{i}", "content": f"zeta secret {i}", "tenant_id": "team-b",
@@ -212,8 +212,8 @@ async def test_isolation_holds_while_the_directory_changes(engine, kb, client_fo
 
     from helpers.oracle import visible as oracle_visible
 
-    from es_provider import directory
-    from es_provider.principals import announce_change
+    from es_provider.identity import directory
+    from es_provider.identity.principals import announce_change
 
     rng = random.Random(20261202)
     docs, uses = corpus(rng, CHUNKS // 2)

@@ -14,7 +14,7 @@ from helpers.acl_random import GROUPS, SUBJECTS, TENANTS, corpus, visible
 from helpers.calls import ROUTE, body, headers
 from helpers.setup import HEAVY, SECOND_ENGINE, bearer, load_records
 
-from es_provider.query import VECTOR_FIELD
+from es_provider.search.query import VECTOR_FIELD
 
 CHUNKS = 5_000 if HEAVY else 1_200  # 1 % of it must stay above TOP_K
 IDENTITIES = 2_000 if HEAVY else 100 if SECOND_ENGINE else 250  # fewer on Elasticsearch: its kNN dialect is checked
@@ -134,6 +134,6 @@ async def test_a_user_who_may_read_one_percent_still_gets_top_k(engine, vkb, e5,
 
 
 def _budget():
-    from es_provider.deadline import fixed_budget
+    from es_provider.core.deadline import fixed_budget
 
     return fixed_budget(10_000, now_monotonic=time.monotonic())

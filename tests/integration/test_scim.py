@@ -22,11 +22,12 @@ from helpers.served import Served, write_config
 from helpers.setup import API_KEY, TEST_ENV, api_key, new_kb
 from scim2_server.testing import AsyncScimStorageContract, BlockingStorage
 
-from es_provider import directory, scim
-from es_provider.deadline import fixed_budget
-from es_provider.engine import Engine
-from es_provider.scim_storage import DirectoryStorage
-from es_provider.service import SERVICES
+from es_provider.core.deadline import fixed_budget
+from es_provider.edge.service import SERVICES
+from es_provider.engine.client import Engine
+from es_provider.identity import directory
+from es_provider.scim import service as scim
+from es_provider.scim.storage import DirectoryStorage
 
 WORKBENCH_KEY = "workbench-key-0123456789"
 
@@ -312,7 +313,7 @@ async def test_a_renamed_user_leaves_a_tombstone_and_frees_its_name(scim_app, en
 async def test_an_abandoned_claim_is_taken_over_a_recent_one_is_not(scim_app, engine, store) -> None:
     """A writer that died between its claim and its write leaves a claim nobody holds: after ORPHAN_CLAIM_S it no
     longer blocks the name; before, it does (the writer may still be about to write)."""
-    from es_provider.scim_storage import ORPHAN_CLAIM_S, claim_id
+    from es_provider.scim.storage import ORPHAN_CLAIM_S, claim_id
 
     client = await scim_app()
     for name, age, status in (("abandoned", ORPHAN_CLAIM_S + 5, 201), ("in-flight", 1.0, 409)):

@@ -18,8 +18,8 @@ from helpers import calls
 from helpers.scim_calls import DOCS, GROUP, LIMIT_S, PATCH_OP, SCIM, TOKEN, USER, patch
 from helpers.setup import API_KEY, api_key, load_records
 
-from es_provider import directory
-from es_provider.engine import Engine
+from es_provider.engine.client import Engine
+from es_provider.identity import directory
 
 
 @pytest.fixture

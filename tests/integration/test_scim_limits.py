@@ -13,7 +13,7 @@ import pytest
 from helpers.scim_calls import ERROR, GROUP, SCIM, TOKEN, USER, patch
 from helpers.setup import new_kb
 
-from es_provider import scim_bounds
+from es_provider.scim import bounds as scim_bounds
 
 
 @pytest.fixture

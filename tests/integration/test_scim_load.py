@@ -22,7 +22,7 @@ from helpers.scim_calls import SCIM, TOKEN, patch
 from helpers.served import Served, kb_entry, p99, write_config
 from helpers.setup import HEAVY, TEST_ENV, load_records
 
-from es_provider.scim_bounds import MAX_FILTER_TERMS, MAX_GROUP_MEMBERS, MAX_OPERATIONS
+from es_provider.scim.bounds import MAX_FILTER_TERMS, MAX_GROUP_MEMBERS, MAX_OPERATIONS
 
 PHASE_SECONDS = 20 if HEAVY else 12
 USERS = 200

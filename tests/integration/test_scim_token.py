@@ -12,9 +12,9 @@ import pytest
 from helpers.scim_calls import ERROR, SCIM_TYPE, TOKEN, auth
 from helpers.setup import API_KEY, CALLBACK_SECRET, TEST_ENV, api_key, new_kb, settings_for
 
-from es_provider import scim
-from es_provider.app import create_app
-from es_provider.errors import StartupError
+from es_provider.core.errors import StartupError
+from es_provider.scim import service as scim
+from es_provider.web.app import create_app
 
 WB_KEY = "workbench-key-0123456789"
 VIEW_KEY = "access-view-key-0123456789"

@@ -14,7 +14,7 @@ from helpers import acl_corpus
 from helpers.calls import ROUTE, body, headers
 from helpers.setup import load_records, new_kb
 
-from es_provider import admin
+from es_provider.ingest import admin
 
 
 async def load(engine, kb, records: list[dict[str, Any]]) -> None:

@@ -17,12 +17,13 @@ import pytest
 from helpers import served
 from helpers.setup import LOCAL, api_key, bearer, load_records, new_kb, vector_kb
 
-from es_provider import admin, embedders
-from es_provider.config import EmbedderSettings
-from es_provider.deadline import fixed_budget
-from es_provider.engine import Engine
-from es_provider.errors import StartupError
-from es_provider.query import VECTOR_FIELD
+from es_provider.config.settings import EmbedderSettings
+from es_provider.core.deadline import fixed_budget
+from es_provider.core.errors import StartupError
+from es_provider.engine.client import Engine
+from es_provider.ingest import admin
+from es_provider.search import embedders
+from es_provider.search.query import VECTOR_FIELD
 
 FILES = Path(__file__).resolve().parent.parent / "fixtures" / "files"
 

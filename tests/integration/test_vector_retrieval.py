@@ -8,8 +8,8 @@ import json
 from helpers import calls
 from helpers.setup import api_key, bearer, load_records, new_kb, vector_kb
 
-from es_provider import admin
-from es_provider.embedders import Cached
+from es_provider.ingest import admin
+from es_provider.search.embedders import Cached
 
 # The paraphrase documents share no content word with their query: only the vector leg can find them.
 DOCS = [

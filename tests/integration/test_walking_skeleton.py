@@ -9,7 +9,7 @@ from helpers import oracle
 from helpers.calls import body, headers
 from helpers.setup import PRINCIPALS, SAMPLE_CORPUS
 
-from es_provider.engine import Engine
+from es_provider.engine.client import Engine
 from es_provider.ingest.records import read_jsonl
 from es_provider.ingest.writer import ingest
 

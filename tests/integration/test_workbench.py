@@ -17,12 +17,13 @@ from helpers.calls import body, headers
 from helpers.served import Served, kb_entry, write_config
 from helpers.setup import PRINCIPALS, SAMPLE_CORPUS, TEST_ENV, api_key, settings_for
 
-from es_provider.app import create_app
-from es_provider.config import ConfigError, parse_settings
-from es_provider.errors import StartupError
+from es_provider.config.settings import ConfigError, parse_settings
+from es_provider.core.errors import StartupError
+from es_provider.edge.guard import GUESSES_IN_TOTAL, GUESSES_PER_ADDRESS
 from es_provider.ingest.records import read_jsonl
 from es_provider.ingest.writer import ingest
-from es_provider.workbench import COOKIE, GUESSES_IN_TOTAL, GUESSES_PER_ADDRESS
+from es_provider.web.app import create_app
+from es_provider.web.workbench import COOKIE
 
 KEY = "workbench-key-0123456789"
 WORKBENCH = {"enabled": True, "key_ref": "WB_KEY"}

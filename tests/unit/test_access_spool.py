@@ -15,10 +15,10 @@ from typing import Any
 import orjson
 import pytest
 
-from es_provider import access
-from es_provider.config import AccessLogSettings
-from es_provider.errors import ErrorCode, KnowledgeError
-from es_provider.recorder import IndexSink, Recorder, Spool, SpoolFull, spool_folder
+from es_provider.audit import access
+from es_provider.audit.recorder import IndexSink, Recorder, Spool, SpoolFull, spool_folder
+from es_provider.config.settings import AccessLogSettings
+from es_provider.core.errors import ErrorCode, KnowledgeError
 
 
 @pytest.mark.parametrize(("status", "kind", "dropped"), [
@@ -214,7 +214,7 @@ def test_the_spool_folder_is_per_prefix(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 async def test_the_file_sink_writes_one_line_per_record_the_python_way(tmp_path: Path) -> None:
-    from es_provider.recorder import FileSink
+    from es_provider.audit.recorder import FileSink
 
     sink = FileSink(tmp_path)
     await sink.prepare()

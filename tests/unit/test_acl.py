@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from es_provider.acl import Filter, Identity, permission_clauses, rechecker, visible
+from es_provider.core.acl import Filter, Identity, permission_clauses, rechecker, visible
 
 ALICE_A = Identity.of("app-1", "team-a", "u-alice", frozenset({"eng"}))
 NO_TENANT = Identity.of("app-1", None, "u-alice")

@@ -5,9 +5,9 @@ import hmac
 
 import pytest
 
-from es_provider.auth import Credentials, ReplayCache, bearer_token, callback_knowledge, verify_signature
-from es_provider.errors import ErrorCode, KnowledgeError
-from es_provider.idempotency import IdempotencyCache
+from es_provider.core.errors import ErrorCode, KnowledgeError
+from es_provider.edge.auth import Credentials, ReplayCache, bearer_token, callback_knowledge, verify_signature
+from es_provider.edge.idempotency import IdempotencyCache
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def test_idempotency_cache() -> None:
 
 
 def key_settings():
-    from es_provider.config import Settings
+    from es_provider.config.settings import Settings
 
     return Settings.model_validate({"principals": {"u-bob": ["sales"], "svc": ["robots"]}, "api_keys": [
         {"key_ref": "K", "app": "app-1", "tenants": ["t1", "t2"], "subject": "svc", "groups": ["g"],
@@ -115,9 +115,9 @@ def key_settings():
     ],
 )
 async def test_api_key_identity_narrows(tenant, subject, tenants, acting, groups) -> None:
-    from es_provider.auth import api_key_scope
-    from es_provider.deadline import fixed_budget
-    from es_provider.principals import Principals
+    from es_provider.core.deadline import fixed_budget
+    from es_provider.edge.auth import api_key_scope
+    from es_provider.identity.principals import Principals
 
     settings = key_settings()
     key = settings.api_keys[0]
@@ -129,7 +129,7 @@ async def test_api_key_identity_narrows(tenant, subject, tenants, acting, groups
 
 @pytest.mark.parametrize(("tenant", "subject"), [("t3", None), (None, "u-alice"), (None, "*")])
 def test_api_key_identity_never_widens(tenant, subject) -> None:
-    from es_provider.auth import api_key_scope
+    from es_provider.edge.auth import api_key_scope
 
     settings = key_settings()
     with pytest.raises(KnowledgeError) as caught:
@@ -138,7 +138,7 @@ def test_api_key_identity_never_widens(tenant, subject) -> None:
 
 
 def test_replay_key_names_a_signature_by_its_digest_and_its_window() -> None:
-    from es_provider.auth import replay_key
+    from es_provider.edge.auth import replay_key
 
     digest, expires = replay_key("1700000000000", "SHA256=ABCDEF", 300)
     assert digest == replay_key("1700000000000", "abcdef", 300)[0]  # the form verify_signature compares
@@ -149,14 +149,14 @@ def test_replay_key_names_a_signature_by_its_digest_and_its_window() -> None:
 
 @pytest.mark.parametrize(("value", "workers"), [("1", 1), ("4", 4)])
 def test_workers_count(value: str, workers: int) -> None:
-    from es_provider.workers import count
+    from es_provider.cli.workers import count
 
     assert count(value) == workers
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "many"])
 def test_workers_count_refuses(value: str) -> None:
-    from es_provider.workers import count
+    from es_provider.cli.workers import count
 
     with pytest.raises(ValueError):
         count(value)
@@ -165,6 +165,6 @@ def test_workers_count_refuses(value: str) -> None:
 def test_workers_auto_is_the_usable_cores() -> None:
     import os
 
-    from es_provider.workers import count
+    from es_provider.cli.workers import count
 
     assert count("auto") == len(os.sched_getaffinity(0))

@@ -8,9 +8,9 @@ import tomllib
 
 import pytest
 
-from es_provider.calibrate import WEIGHTS, Judged, _equal, fit_all, ndcg_at_10
-from es_provider.calibration import Logistic, calibrate, calibrate_leg, features, fit, fuse, lead_of, usable
-from es_provider.config import Calibration, ScoringSettings
+from es_provider.config.settings import Calibration, ScoringSettings
+from es_provider.core.calibration import Logistic, calibrate, calibrate_leg, features, fit, fuse, lead_of, usable
+from es_provider.search.calibrate import WEIGHTS, Judged, _equal, fit_all, ndcg_at_10
 
 SCORING = ScoringSettings()
 MAPPINGS = {"bm25": SCORING.bm25.logistic(), "vector": SCORING.vector.logistic(), "hybrid": SCORING.hybrid.logistic()}

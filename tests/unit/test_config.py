@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from es_provider.auth import load_credentials
-from es_provider.config import ConfigError, parse_settings
+from es_provider.config.settings import ConfigError, parse_settings
+from es_provider.edge.auth import load_credentials
 
 GOOD = """
 [opensearch]

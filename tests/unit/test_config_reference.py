@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from es_provider.config import (
+from es_provider.config.reference import reference
+from es_provider.config.settings import (
     AccessLogSettings,
     ApiKey,
     Calibration,
@@ -20,7 +21,6 @@ from es_provider.config import (
     Settings,
     WorkbenchSettings,
 )
-from es_provider.config_reference import reference
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 MODELS = (Settings, OpenSearchSettings, ServerSettings, WorkbenchSettings, DirectorySettings, ScimSettings,

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from es_provider.admission import Admission
-from es_provider.config import ServerSettings
-from es_provider.deadline import fixed_budget
-from es_provider.errors import ErrorCode, KnowledgeError
-from es_provider.metadata import costly, parse
-from es_provider.metrics import Metrics
+from es_provider.config.settings import ServerSettings
+from es_provider.core.deadline import fixed_budget
+from es_provider.core.errors import ErrorCode, KnowledgeError
+from es_provider.core.metadata import costly, parse
+from es_provider.core.metrics import Metrics
+from es_provider.edge.admission import Admission
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from es_provider.dialect import OPENSEARCH, Flavor, UnsupportedEngine, detect, index_body, search_body
+from es_provider.engine.dialect import OPENSEARCH, Flavor, UnsupportedEngine, detect, index_body, search_body
 
 ELASTIC = Flavor("elasticsearch", "8.17.0")
 
@@ -28,7 +28,7 @@ def test_elasticsearch_before_8_or_unknown_is_refused(root) -> None:
 
 
 def test_the_vector_mapping_becomes_a_dense_vector() -> None:
-    from es_provider.admin import load_index_body
+    from es_provider.ingest.admin import load_index_body
 
     body = load_index_body(dimensions=384)
     translated = index_body(body, ELASTIC)
@@ -46,9 +46,9 @@ def test_the_vector_mapping_becomes_a_dense_vector() -> None:
 def test_knn_clauses_are_translated_wherever_they_sit() -> None:
     from helpers.setup import new_kb
 
-    from es_provider.acl import Filter, Identity
-    from es_provider.domain import SearchRequest
-    from es_provider.query import build_hybrid
+    from es_provider.core.acl import Filter, Identity
+    from es_provider.search.domain import SearchRequest
+    from es_provider.search.query import build_hybrid
 
     kb = new_kb(retrieval="hybrid", embedder="e5")
     request = SearchRequest((kb,), "install", Identity.of("a", "t", "s"), (Filter.TENANT, Filter.SUBJECT), 5)
@@ -76,7 +76,7 @@ def test_knn_clauses_are_translated_wherever_they_sit() -> None:
      {"subjects": [], "groups": [], "public": True}),
 ])
 def test_changed_acl_is_the_painless_script_in_python(acl, edit, expected) -> None:
-    from es_provider.admin import changed_acl
+    from es_provider.ingest.admin import changed_acl
 
     assert changed_acl(acl, **edit) == expected
 
@@ -95,7 +95,7 @@ def test_changed_acl_is_the_painless_script_in_python(acl, edit, expected) -> No
 def test_engine_errors_map_to_the_same_codes(status, kind, code) -> None:
     from opensearchpy.exceptions import TransportError
 
-    from es_provider.engine import map_error
+    from es_provider.engine.client import map_error
 
     assert map_error(TransportError(status, kind, {"error": {"type": kind}})).code.value == code
 
@@ -107,8 +107,8 @@ def test_engine_errors_map_to_the_same_codes(status, kind, code) -> None:
     ({"_shards": {"failed": 1}, "hits": {"hits": []}}, "KNOWLEDGE_UNAVAILABLE"),
 ])
 def test_a_failed_search_in_an_msearch_answer_is_never_a_partial_answer(response, code) -> None:
-    from es_provider.engine import _check_search
-    from es_provider.errors import KnowledgeError
+    from es_provider.core.errors import KnowledgeError
+    from es_provider.engine.client import _check_search
 
     with pytest.raises(KnowledgeError) as refused:
         _check_search(response)

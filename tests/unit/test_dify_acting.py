@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from es_provider.acl import Filter
-from es_provider.metadata import ConditionError
+from es_provider.core.acl import Filter
+from es_provider.core.metadata import ConditionError
 from es_provider.protocols.dify import take_acting_subject
 
 USER = {"name": "acting_subject", "comparison_operator": "is", "value": "u-alice"}
@@ -46,7 +46,7 @@ def test_anything_that_could_make_the_user_optional_is_refused(logical, conditio
 
 
 def test_naming_an_end_user_applies_subject() -> None:
-    from es_provider.config import KnowledgeBase
+    from es_provider.config.settings import KnowledgeBase
 
     kb = KnowledgeBase.model_validate({"id": "k", "name": "K", "versions": ["1"], "alias": "a", "secret_ref": "S",
                                        "apps": ["app"]}, strict=False)

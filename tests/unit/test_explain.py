@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from es_provider import acl, explain
-from es_provider.acl import Filter, Identity
-from es_provider.workbench import session_token, session_valid
+from es_provider.core import acl
+from es_provider.core.acl import Filter, Identity
+from es_provider.search import explain
+from es_provider.web.login import session_token, session_valid
 
 TENANTS = ["team-a", "team-b", "", None]
 SUBJECTS = ["u-alice", "u-bob", "u-carol"]

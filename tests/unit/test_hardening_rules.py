@@ -8,14 +8,14 @@ import logging
 
 import pytest
 
-from es_provider import metadata
-from es_provider.acl import Filter
-from es_provider.config import KnowledgeBase
-from es_provider.errors import ErrorCode, KnowledgeError
-from es_provider.idempotency import IdempotencyCache
+from es_provider.config.settings import KnowledgeBase
+from es_provider.core import metadata
+from es_provider.core.acl import Filter
+from es_provider.core.errors import ErrorCode, KnowledgeError
+from es_provider.core.logs import TextFormatter, escape_controls
+from es_provider.edge.idempotency import IdempotencyCache
 from es_provider.ingest.records import RecordError, parse_record
-from es_provider.logs import TextFormatter, escape_controls
-from es_provider.query import MAX_QUERY_UNITS, bounded_text, text_fields
+from es_provider.search.query import MAX_QUERY_UNITS, bounded_text, text_fields
 
 
 def kb(**changes: object) -> KnowledgeBase:
@@ -192,9 +192,9 @@ def test_a_newline_in_a_path_stays_on_one_log_line() -> None:
 # --- finding 2: admission: per-credential slots, turns round-robin across credentials ---
 
 def admission(**server: int):
-    from es_provider.admission import Admission
-    from es_provider.config import ServerSettings
-    from es_provider.metrics import Metrics
+    from es_provider.config.settings import ServerSettings
+    from es_provider.core.metrics import Metrics
+    from es_provider.edge.admission import Admission
 
     return Admission(ServerSettings.model_validate(server), Metrics())
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from es_provider.http1 import ConnectFailed, Disconnected, Pool
+from es_provider.engine.http1 import ConnectFailed, Disconnected, Pool
 
 Reply = Callable[[bytes], bytes | None]  # request head+body -> raw answer (None: close without answering)
 

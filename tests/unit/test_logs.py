@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from es_provider.logs import JsonFormatter, TextFormatter
+from es_provider.core.logs import JsonFormatter, TextFormatter
 
 TEXT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from es_provider.domain import Chunk
-from es_provider.hits import MalformedHit, to_chunk
-from es_provider.markup import has_markup, strip_markup
+from es_provider.core.markup import has_markup, strip_markup
 from es_provider.protocols import sparktide_items as items
+from es_provider.search.domain import Chunk
+from es_provider.search.hits import MalformedHit, to_chunk
 
 
 @pytest.mark.parametrize(

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from es_provider import dialect
-from es_provider.app import meet_engine
-from es_provider.config import Settings
-from es_provider.engine import UnsupportedEngineError
-from es_provider.errors import ErrorCode, KnowledgeError, StartupError
+from es_provider.config.settings import Settings
+from es_provider.core.errors import ErrorCode, KnowledgeError, StartupError
+from es_provider.engine import dialect
+from es_provider.engine.client import UnsupportedEngineError
+from es_provider.web.app import meet_engine
 
 
 class FakeEngine:

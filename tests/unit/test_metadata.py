@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from es_provider.metadata import MATCH_ALL, MATCH_NONE, Condition, ConditionError, parse, translate_one
+from es_provider.core.metadata import MATCH_ALL, MATCH_NONE, Condition, ConditionError, parse, translate_one
 
 TYPES = {"category": "keyword", "year": "double", "flag": "boolean", "when": "date"}
 

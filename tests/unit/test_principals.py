@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from es_provider.acl import Filter, Identity, permission_clauses, visible
-from es_provider.config import Settings
-from es_provider.deadline import fixed_budget
-from es_provider.principals import (
+from es_provider.config.settings import Settings
+from es_provider.core.acl import Filter, Identity, permission_clauses, visible
+from es_provider.core.deadline import fixed_budget
+from es_provider.identity.principals import (
     INACTIVE,
     UNKNOWN,
     Membership,

@@ -3,9 +3,16 @@ from __future__ import annotations
 import pytest
 from helpers.setup import new_kb
 
-from es_provider.acl import Filter, Identity
-from es_provider.domain import SearchRequest
-from es_provider.query import MAX_QUERY_UNITS, bounded_text, build_search, candidate_count, query_terms, text_fields
+from es_provider.core.acl import Filter, Identity
+from es_provider.search.domain import SearchRequest
+from es_provider.search.query import (
+    MAX_QUERY_UNITS,
+    bounded_text,
+    build_search,
+    candidate_count,
+    query_terms,
+    text_fields,
+)
 
 ID = Identity.of("app-1", "team-a", "u-alice", frozenset({"eng"}))
 
@@ -118,9 +125,9 @@ def test_query_terms(text: str, terms: int) -> None:
 def test_query_fields_follow_the_languages(languages, query, fields, context) -> None:
     from helpers.setup import new_kb
 
-    from es_provider.acl import Filter, Identity
-    from es_provider.domain import SearchRequest
-    from es_provider.query import build_search
+    from es_provider.core.acl import Filter, Identity
+    from es_provider.search.domain import SearchRequest
+    from es_provider.search.query import build_search
 
     kb = new_kb(languages=list(languages))
     plan = build_search(SearchRequest((kb,), query, Identity.of("a", "t", "s"), (Filter.TENANT,), 5), timeout_ms=100)
@@ -135,7 +142,7 @@ def test_query_fields_follow_the_languages(languages, query, fields, context) ->
     (("zh",), {"title.cjk", "content.cjk", "context.cjk"}),
 ])
 def test_the_mapping_indexes_only_the_languages_fields(languages, indexed) -> None:
-    from es_provider.admin import load_index_body
+    from es_provider.ingest.admin import load_index_body
 
     properties = load_index_body(languages=languages)["mappings"]["properties"]
     found = set()

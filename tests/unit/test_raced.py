@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from es_provider import raced
+from es_provider.core import raced
 
 
 class Lost(Exception):

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from es_provider.calibration import Logistic
-from es_provider.config import RerankSettings, Settings
-from es_provider.domain import Chunk
-from es_provider.rerank import (
+from es_provider.config.settings import RerankSettings, Settings
+from es_provider.core.calibration import Logistic
+from es_provider.search.domain import Chunk
+from es_provider.search.rerank import (
     RENDER_MARGIN_S,
     Reranker,
     RerankFault,

@@ -10,8 +10,8 @@ import orjson
 import pytest
 from scim2_models import SCIMException
 
-from es_provider import scim_bounds
-from es_provider.scim_bounds import MAX_FILTER_CHARS, MAX_FILTER_TERMS, MAX_GROUP_MEMBERS, MAX_OPERATIONS
+from es_provider.scim import bounds as scim_bounds
+from es_provider.scim.bounds import MAX_FILTER_CHARS, MAX_FILTER_TERMS, MAX_GROUP_MEMBERS, MAX_OPERATIONS
 
 PATCH_OP = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
 GROUP = "urn:ietf:params:scim:schemas:core:2.0:Group"
@@ -129,7 +129,7 @@ async def test_scim_runs_on_its_worker_and_the_engine_on_the_service_s_loop() ->
     import asyncio
     import threading
 
-    from es_provider import scim
+    from es_provider.scim import service as scim
 
     engine = FakeEngine()
     bridge: Any = scim.EngineBridge(engine, asyncio.get_running_loop())  # type: ignore[arg-type]

@@ -14,18 +14,10 @@ from aiohttp.test_utils import make_mocked_request
 from scim2_models import ScimFilter
 from scim2_server.utils import parametrize
 
-from es_provider import scim
-from es_provider.errors import ErrorCode, KnowledgeError, protocol_error, unauthenticated
-from es_provider.scim_patch import normalised
-from es_provider.scim_storage import (
-    MAX_ID_BYTES,
-    Narrowed,
-    claim_id,
-    counter_of,
-    narrowing,
-    unique_values,
-    version_of,
-)
+from es_provider.core.errors import ErrorCode, KnowledgeError, protocol_error, unauthenticated
+from es_provider.scim import service as scim
+from es_provider.scim.patch import normalised
+from es_provider.scim.storage import MAX_ID_BYTES, Narrowed, claim_id, counter_of, narrowing, unique_values, version_of
 
 USER = "urn:ietf:params:scim:schemas:core:2.0:User"
 USER_NAME = f"{USER}:userName"

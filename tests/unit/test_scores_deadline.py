@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from es_provider.deadline import budget_from_deadline
-from es_provider.errors import ErrorCode, KnowledgeError
+from es_provider.core.deadline import budget_from_deadline
+from es_provider.core.errors import ErrorCode, KnowledgeError
 
 NOW = 1_700_000_000_000
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from es_provider.domain import Chunk, SearchResult
 from es_provider.protocols.sparktide import render_answer
+from es_provider.search.domain import Chunk, SearchResult
 
 
 def chunk(chunk_id: str) -> Chunk:

@@ -6,9 +6,9 @@ import orjson
 import pytest
 from helpers.setup import new_kb
 
-from es_provider.domain import Chunk
 from es_provider.protocols import sparktide_items as items
 from es_provider.protocols.sparktide import manifest
+from es_provider.search.domain import Chunk
 
 
 def chunk(chunk_id: str = "c-1", **fields) -> Chunk:

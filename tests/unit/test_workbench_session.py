@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from es_provider.workbench import session_token, session_valid
+from es_provider.web.login import session_token, session_valid
 
 KEY = b"workbench-key-0123456789"
 NOW = 1_750_000_000.0

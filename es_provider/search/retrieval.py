@@ -1,0 +1,294 @@
+"""The protocol-neutral flow: mode → (embed query) → build → search → fuse/normalise → re-check → (rerank) →
+threshold → cut."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+from es_provider.config.settings import RetrievalMode, ScoringSettings
+from es_provider.core import acl, metadata
+from es_provider.core.calibration import calibrate, calibrate_leg, fuse
+from es_provider.core.deadline import Budget
+from es_provider.core.errors import ErrorCode, KnowledgeError, forbidden, protocol_error
+from es_provider.core.metadata import Conditions
+from es_provider.core.naming import alias_of_index
+from es_provider.engine.client import Engine
+from es_provider.search.domain import Chunk, SearchRequest, SearchResult
+from es_provider.search.embedders import Embedder
+from es_provider.search.hits import MalformedHit, to_chunk
+from es_provider.search.query import (
+    SOURCE_FIELDS,
+    VECTOR_FIELD,
+    SearchPlan,
+    bounded_text,
+    build_hybrid,
+    build_knn,
+    build_search,
+    query_terms,
+)
+from es_provider.search.rerank import Reranker, Stage
+
+log = logging.getLogger("es_provider.retrieval")
+security_log = logging.getLogger("es_provider.security")
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def resolve_mode(retrieval: SearchRequest) -> tuple[RetrievalMode, str | None]:
+    """The retrieval mode and embedder for a request: the one asked for, or the one its knowledge bases share.
+
+    Never a silent fallback: a mode the knowledge bases cannot serve is refused."""
+    modes = {kb.retrieval for kb in retrieval.knowledge}
+    if retrieval.mode is not None:
+        mode = retrieval.mode
+    elif len(modes) == 1:
+        mode = next(iter(modes))
+    else:
+        raise protocol_error("the knowledge bases use different retrieval modes; search them separately")
+    if mode == "bm25":
+        return mode, None
+    embedders = {kb.embedder for kb in retrieval.knowledge}
+    if None in embedders:
+        raise protocol_error(f"retrieval mode {mode} needs knowledge bases with embeddings")
+    if len(embedders) != 1:
+        raise protocol_error("the knowledge bases use different embedders; search them separately")
+    return mode, next(iter(embedders))
+
+
+def scored_hits(
+    mode: RetrievalMode, responses: list[dict[str, Any]], scoring: ScoringSettings, *, terms: int = 1
+) -> Sequence[tuple[Mapping[str, Any], float | None]]:
+    """Pure: the engine's responses → hits in answer order with their calibrated scores (calibration.py). `terms`:
+    the query's BM25 term count (query.query_terms), by which BM25 scores are divided."""
+    legs = [response.get("hits", {}).get("hits", []) for response in responses]
+    if mode == "hybrid":
+        bm25 = calibrate_leg(legs[0], scoring.hybrid_bm25.logistic(), per=terms)
+        vector = calibrate_leg(legs[1], scoring.vector.logistic())
+        return calibrate(fuse(bm25, vector, weight=scoring.hybrid_weight), scoring.hybrid.logistic())
+    if mode == "vector":
+        return calibrate_leg(legs[0], scoring.vector.logistic())
+    return calibrate_leg(legs[0], scoring.bm25.logistic(), per=terms)
+
+
+def _plan(retrieval: SearchRequest, mode: RetrievalMode, vector: Sequence[float] | None, *, depth: int,
+          timeout_ms: int, metadata_types: Mapping[str, str] | None) -> SearchPlan:
+    if mode == "bm25":
+        return build_search(retrieval, timeout_ms=timeout_ms, metadata_types=metadata_types)
+    if vector is None:
+        raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{mode} retrieval without a query vector")
+    if mode == "vector":
+        return build_knn(retrieval, vector, timeout_ms=timeout_ms, metadata_types=metadata_types)
+    return build_hybrid(retrieval, vector, depth=depth, timeout_ms=timeout_ms, metadata_types=metadata_types)
+
+
+async def run_search(
+    engine: Engine,
+    retrieval: SearchRequest,
+    budget: Budget,
+    *,
+    scoring: ScoringSettings,
+    mode: RetrievalMode = "bm25",
+    vector: Sequence[float] | None = None,
+    mapped: set[str] | None = None,
+    metadata_types: Mapping[str, str] | None = None,
+    rerank: Stage | None = None,
+) -> SearchResult:
+    """With `rerank`, every chunk that passed the re-check goes to the rerank stage, and the score threshold and the
+    cut to topK apply to its order and scores (or to the first-stage ones it fell back to)."""
+    if mapped is not None and (cannot := acl.unenforceable(retrieval.filters, mapped)):
+        # E.g. an index without ACL fields: refuse rather than answer unfiltered content.
+        raise forbidden(detail=f"index cannot enforce {[f.value for f in cannot]}")
+    plan = _plan(retrieval, mode, vector, depth=scoring.fusion_depth,
+                 timeout_ms=int(budget.remaining(time.monotonic()) * 1000), metadata_types=metadata_types)
+    missing = set(retrieval.filters) - set(plan.applied_filters)
+    if missing:
+        # Never answer with content when a required filter is not in the query that will run.
+        raise forbidden(detail=f"query builder could not enforce {sorted(missing)}")
+
+    by_alias = {kb.alias: kb for kb in retrieval.knowledge}
+    index = ",".join(by_alias)
+    if len(plan.bodies) == 1:
+        responses = [await engine.search(index, plan.body, budget)]
+    else:
+        responses = await engine.msearch(index, list(plan.bodies), budget)
+
+    chunks: list[Chunk] = []
+    dropped = 0
+    seen: set[tuple[str, str]] = set()  # (knowledge base, document) already answered, for one_chunk_per_document
+    terms = 1 if mode == "vector" else query_terms(retrieval.query)  # only a BM25 leg is divided by it
+    allowed = acl.rechecker(retrieval.identity, plan.applied_filters)
+    for hit, score in scored_hits(mode, responses, scoring, terms=terms):
+        source = hit.get("_source") or {}
+        if not allowed(source):
+            dropped += 1
+            security_log.warning(
+                "dropped hit that failed the permission re-check",
+                extra={"chunk_id": hit.get("_id"), "index": hit.get("_index"), "app_id": retrieval.identity.app_id},
+            )
+            continue
+        kb = by_alias.get(alias_of_index(str(hit.get("_index", ""))))
+        if kb is None and len(by_alias) == 1:
+            kb = retrieval.knowledge[0]
+        if kb is None:
+            log.error("hit from an index outside the request", extra={"index": hit.get("_index")})
+            continue
+        try:
+            chunk = to_chunk(hit, knowledge_id=kb.id, score=score)
+        except MalformedHit as exc:
+            log.error("skipped malformed chunk: %s", exc, extra={"chunk_id": hit.get("_id")})
+            continue
+        if rerank is None and below(chunk, retrieval.score_threshold):
+            continue
+        if kb.one_chunk_per_document:
+            # A lower chunk of a document already in the answer (the engine collapses one base; this covers
+            # several bases and the kNN leg of a hybrid fusion). A design choice, not a lost hit.
+            if (kb.id, chunk.document_id) in seen:
+                continue
+            seen.add((kb.id, chunk.document_id))
+        chunks.append(chunk)
+    outcome = None
+    if rerank is not None:
+        chunks, outcome = await rerank.apply(retrieval.query, chunks, budget.remaining(time.monotonic()))
+        chunks = [chunk for chunk in chunks if not below(chunk, retrieval.score_threshold)]
+    # Not cut here: the result's `chunks` is the topK cut, and SparkTide also reads past it (domain.SearchResult).
+    return SearchResult(ranked=tuple(chunks), top_k=retrieval.top_k, applied_filters=plan.applied_filters,
+                        dropped=dropped, rerank=outcome)
+
+
+def below(chunk: Chunk, threshold: float) -> bool:
+    return threshold > 0 and (chunk.score is None or chunk.score < threshold)
+
+
+class TtlCache(Generic[K, V]):
+    """A value per key for `ttl_s` seconds after it was put, on `clock` (monotonic seconds). Unbounded: its keys
+    are index expressions, a handful per deployment."""
+
+    __slots__ = ("_clock", "_entries", "_ttl_s")
+
+    def __init__(self, ttl_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._entries: dict[K, tuple[float, V]] = {}  # key → (expiry, value)
+
+    def get(self, key: K) -> V | None:
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] > self._clock():
+            return entry[1]
+        return None
+
+    def put(self, key: K, value: V) -> None:
+        self._entries[key] = (self._clock() + self._ttl_s, value)
+
+
+class Retriever:
+    """What protocols hold: the retrieval flow bound to one engine and the configured score normalisation.
+
+    It remembers, per index expression, which ACL fields are mapped (for `mapping_ttl_s`), so checking that a
+    filter is enforceable costs one engine call per knowledge base per minute, not one per request."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        scoring: ScoringSettings,
+        embedders: Mapping[str, Embedder] | None = None,
+        mapping_ttl_s: float = 60.0,
+        on_dropped: Callable[[int], None] | None = None,
+        on_embedded: Callable[[float, bool], None] | None = None,
+        reranker: Reranker | None = None,
+        reranks: Callable[[set[str], RetrievalMode], bool] = lambda _kbs, _mode: False,
+    ) -> None:
+        self._engine = engine
+        self._rerank = Stage(reranker, scoring.rerank.logistic()) if reranker is not None else None
+        self._reranks = reranks
+        self._on_dropped = on_dropped
+        self._on_embedded = on_embedded
+        self._scoring = scoring
+        self._embedders = dict(embedders or {})
+        self._mapped: TtlCache[str, set[str]] = TtlCache(mapping_ttl_s)
+        # Short-lived: a metadata key first written by an ingest becomes filterable within seconds.
+        self._metadata: TtlCache[str, dict[str, str]] = TtlCache(min(mapping_ttl_s, 5.0))
+
+    async def _mapped_fields(self, index: str, budget: Budget) -> set[str]:
+        fields = self._mapped.get(index)
+        if fields is None:
+            fields = await self._engine.mapped_fields(index, (*acl.ACL_FIELDS, VECTOR_FIELD), budget)
+            self._mapped.put(index, fields)
+        return fields
+
+    async def _metadata_types(self, index: str, budget: Budget) -> dict[str, str]:
+        types = self._metadata.get(index)
+        if types is None:
+            types = await self._engine.metadata_types(index, budget)
+            self._metadata.put(index, types)
+        return types
+
+    async def _query_vector(self, embedder_name: str, query: str, budget: Budget) -> Sequence[float]:
+        embedder = self._embedders.get(embedder_name)
+        if embedder is None:
+            raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"embedder {embedder_name} is not loaded")
+        started = time.monotonic()
+        ok = False
+        try:
+            async with asyncio.timeout(max(0.0, budget.remaining(started))):
+                vector = await embedder.query(bounded_text(query))
+            ok = True
+            return vector
+        except TimeoutError:
+            raise KnowledgeError(ErrorCode.TIMED_OUT, detail="query embedding outlived the deadline") from None
+        finally:
+            if self._on_embedded is not None:
+                self._on_embedded(time.monotonic() - started, ok)
+
+    async def search(self, retrieval: SearchRequest, budget: Budget) -> SearchResult:
+        mode, embedder_name = resolve_mode(retrieval)
+        index = ",".join(kb.alias for kb in retrieval.knowledge)
+        mapped = await self._mapped_fields(index, budget) if retrieval.filters or embedder_name else None
+        if embedder_name is not None and mapped is not None and VECTOR_FIELD not in mapped:
+            # Configured for vectors but indexed without them: refuse rather than quietly answer with BM25.
+            raise KnowledgeError(ErrorCode.UNAVAILABLE,
+                                 detail=f"{index} has no {VECTOR_FIELD} field; run `es-provider kb reindex`")
+        types = await self._metadata_types(index, budget) if retrieval.metadata is not None else None
+        vector = await self._query_vector(embedder_name, retrieval.query, budget) if embedder_name else None
+        rerank = None
+        if self._rerank is not None and self._reranks({kb.id for kb in retrieval.knowledge}, mode):
+            rerank = self._rerank
+            retrieval = dataclasses.replace(retrieval, candidates=self._rerank.reranker.settings.candidates)
+        result = await run_search(
+            self._engine, retrieval, budget, scoring=self._scoring, mode=mode, vector=vector, mapped=mapped,
+            metadata_types=types, rerank=rerank,
+        )
+        if result.dropped and self._on_dropped is not None:
+            self._on_dropped(result.dropped)
+        return result
+
+    # --- for the workbench's "why not?" (operator view: no permission filter here; acl.py judges the chunks) ---
+
+    async def stored_chunks(self, alias: str, which: dict[str, Any], limit: int,
+                            budget: Budget) -> list[dict[str, Any]]:
+        """The stored chunks (`_id`, `_source`) that `which` selects, unranked."""
+        found = await self._engine.search(alias, {"size": limit, "_source": list(SOURCE_FIELDS),
+                                                  "query": {"bool": {"filter": [which]}}}, budget)
+        hits: list[dict[str, Any]] = found.get("hits", {}).get("hits", [])
+        return hits
+
+    async def matching(self, alias: str, ids: list[str], clause: dict[str, Any], budget: Budget) -> set[str]:
+        """Which of the chunks `ids` match `clause` at all."""
+        body = {"size": len(ids), "_source": False,
+                "query": {"bool": {"filter": [{"ids": {"values": ids}}], "must": [clause]}}}
+        found = await self._engine.search(alias, body, budget)
+        return {str(hit.get("_id")) for hit in found.get("hits", {}).get("hits", [])}
+
+    async def metadata_clause(self, alias: str, conditions: Conditions, budget: Budget) -> dict[str, Any]:
+        """The filter clause a search builds for these metadata conditions (the same types cache)."""
+        return metadata.translate(conditions, await self._metadata_types(alias, budget))
+
+    async def available(self, aliases: list[str], budget: Budget) -> set[str]:
+        """Which of `aliases` exist now (point at an index) and so can be searched."""
+        return await self._engine.existing_aliases(aliases, budget)

@@ -1,0 +1,88 @@
+"""The access view (docs/access.md): "who was served this document?" for a security officer, at /workbench/access.
+
+Its own key (`[access_log] view_key_ref`), never the workbench's or a platform's: the workbench key lets an
+operator ask as anybody, this one shows what people were served — two roles. Logged in like the workbench (a
+session cookie of its own, or `Authorization: Bearer <key>` for scripts); guessing counts in the workbench's
+Guard. It reads the records `es-provider access` reads; every lookup is logged and is itself in the access record.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from aiohttp import web
+from pydantic import Field
+
+from es_provider.audit import access, recorder
+from es_provider.core.errors import protocol_error
+from es_provider.core.strictjson import StrictModel
+from es_provider.edge import kit
+from es_provider.edge.service import SERVICES
+from es_provider.web.login import (
+    HEADERS,
+    LoginGate,
+    error_response,
+    guarded,
+    login_handler,
+    logout_handler,
+    page_route,
+    static,
+)
+
+log = logging.getLogger("es_provider.access_view")
+
+VIEW_KEY = web.AppKey("access_view_key", bytes)
+GATE = LoginGate("access-view", VIEW_KEY, "es_provider_access_view", "/workbench/access", "access_login.html")
+MAX_RECORDS = 1000
+
+
+class Lookup(StrictModel):
+    document_id: str = Field(min_length=1, max_length=512)
+    knowledge_id: str | None = Field(default=None, max_length=128)
+    subject: str | None = Field(default=None, max_length=128)
+    since: str | None = Field(default=None, max_length=64)  # 7d, 12h, 30m or an ISO 8601 time
+    limit: int = Field(default=100, ge=1, le=MAX_RECORDS)
+
+
+async def page(request: web.Request) -> web.Response:
+    log.info("access view: page opened", extra={"remote": kit.client_address(request)})
+    return static("access.html")
+
+
+async def script(request: web.Request) -> web.Response:
+    return static("access.js")
+
+
+async def served(request: web.Request) -> web.Response:
+    services = request.app[SERVICES]
+    ask = kit.validate(Lookup, await kit.read_json(request, services))
+    try:
+        since = access.parse_since(ask.since, dt.datetime.now(dt.UTC)) if ask.since else None
+    except ValueError:
+        raise protocol_error("since: a duration such as 7d, 12h or 30m, or an ISO 8601 time") from None
+    wanted = access.Wanted(document=ask.document_id, subject=ask.subject, knowledge=ask.knowledge_id, since=since,
+                           limit=ask.limit)
+    log.info("access view: who was served a document", extra={"knowledge_id": ask.knowledge_id,
+                                                               "remote": kit.client_address(request)})
+    async with services.admission.slot("access-view"):
+        found = await request.app[recorder.RECORDER].find(wanted)
+    return web.json_response({"records": found}, headers=HEADERS)
+
+
+# Added by create_app only with the access record on and `[access_log] view_key_ref` (app[VIEW_KEY] set).
+PROTOCOL = kit.Protocol(
+    name="access-view",
+    prefixes=("/workbench/access",),
+    render_error=error_response,
+    error_schema={"type": "object", "required": ["error"]},
+    routes=(
+        page_route("GET", "/workbench/access", guarded(page, page=True, gate=GATE),
+               "the access view page (login form without a session)"),
+        page_route("POST", "/workbench/access/login", login_handler(GATE), "log in with the access view key"),
+        page_route("POST", "/workbench/access/logout", logout_handler(GATE), "end the session"),
+        page_route("GET", "/workbench/access/access.js", guarded(script, gate=GATE), "the page's script"),
+        page_route("POST", "/workbench/access/api/served", guarded(served, gate=GATE),
+               "access view: the records that served a document, newest first", api=True, model=Lookup),
+    ),
+)

@@ -1,0 +1,275 @@
+"""The retrieval workbench (docs/workbench.md): operators ask as any identity, see what each platform would get, and
+ask why a chunk is not there.
+
+Routes exist only with `[workbench] enabled = true`; each of them needs the workbench's own key — as the login
+session cookie the page gets (HMAC of its expiry under the key, so every worker accepts it) or as `Authorization:
+Bearer <key>` for scripts — otherwise 401 and no content. The page and its script are static: no secret, no data.
+Guessing the key is bounded (web/login.py, edge/guard.py): every key presented (form or bearer) counts as a failure
+until it proves right, and an address with GUESSES_PER_ADDRESS failures in GUESS_WINDOW_S — or everybody, once
+GUESSES_IN_TOTAL — is answered 429 before any body is read or key compared, the right key included (a session
+already opened still works).
+Answers are built by the protocols' own renderers from the retrieval flow's own result, and "why not?" by
+explain.py from acl.py's predicates. Every login, search and explain is logged (who, as whom, from where), never
+the query or content; a refused key by its keyed fingerprint, never the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import orjson
+from aiohttp import web
+from pydantic import Field
+
+from es_provider.audit import access
+from es_provider.config.settings import KnowledgeBase, RetrievalMode
+from es_provider.core import metadata
+from es_provider.core.acl import Identity, ordered
+from es_provider.core.deadline import Budget, fixed_budget
+from es_provider.core.errors import KnowledgeError, protocol_error
+from es_provider.core.strictjson import StrictModel
+from es_provider.edge import kit
+from es_provider.edge.service import SERVICES, Services
+from es_provider.protocols import agentarts, dify, sparktide
+from es_provider.search import explain
+from es_provider.search.domain import Chunk, SearchRequest, SearchResult, served
+from es_provider.search.query import build_search
+from es_provider.search.retrieval import resolve_mode
+from es_provider.web.login import (
+    HEADERS,
+    LoginGate,
+    error_response,
+    guarded,
+    login_handler,
+    logout_handler,
+    page_route,
+    static,
+)
+
+log = logging.getLogger("es_provider.workbench")
+
+COOKIE = "es_provider_workbench"
+WORKBENCH_KEY = web.AppKey("workbench_key", bytes)
+WORKBENCH = LoginGate("workbench", WORKBENCH_KEY, COOKIE, "/workbench", "login.html")
+ProtocolName = Literal["sparktide", "agentarts", "dify"]
+PROTOCOLS: tuple[ProtocolName, ...] = ("sparktide", "agentarts", "dify")
+AGENTARTS_PAGE = 10  # AgentArts answers its first `limit` (default 10) results
+MAX_DOCUMENT_CHUNKS = 500
+
+
+async def page(request: web.Request) -> web.Response:
+    log.info("workbench: page opened", extra={"remote": kit.client_address(request)})
+    return static("workbench.html")
+
+
+async def script(request: web.Request) -> web.Response:
+    return static("workbench.js")
+
+
+# --- what it shows ---
+
+class Ask(StrictModel):
+    knowledge_id: str = Field(min_length=1, max_length=128)
+    tenant: str | None = Field(default=None, max_length=128)
+    subject: str | None = Field(default=None, max_length=128)
+    mode: RetrievalMode | None = None
+    top_k: int = Field(default=10, ge=1, le=100)
+    threshold: float = Field(default=0.0, ge=0.0, le=1.0)
+    query: str = Field(min_length=1, max_length=4096)
+    metadata_condition: dify.MetadataCondition | None = None  # Dify's form: {"logical_operator", "conditions"}
+
+
+class Why(Ask):
+    protocol: ProtocolName = "sparktide"
+    document_id: str | None = Field(default=None, min_length=1, max_length=512)
+    chunk_id: str | None = Field(default=None, min_length=1, max_length=512)
+
+
+async def identity_of(services: Services, ask: Ask) -> Identity:
+    """The impersonated identity: groups come from the principal store (the live directory, then
+    `[principals]`), as for every protocol."""
+    return await services.principals.identity_of("workbench", ask.tenant or None, ask.subject or None,
+                                                 _budget(services))
+
+
+def protocol_request(name: ProtocolName, kb: KnowledgeBase, identity: Identity, ask: Ask) -> SearchRequest:
+    """Pure: the SearchRequest each protocol's handler builds for this question (sparktide.callback,
+    agentarts.search, dify.search): its filters, its topK limit, and the options it has."""
+    if name == "sparktide":  # the registration's filters, topK capped by the definition; no mode, threshold
+        return SearchRequest((kb,), ask.query, identity, ordered(kb.mandatory_filters), min(ask.top_k, kb.top_k))
+    filters = kb.key_filters(end_user=identity.subject_id is not None)
+    if name == "agentarts":
+        return SearchRequest((kb,), ask.query, identity, filters, ask.top_k, score_threshold=ask.threshold,
+                             mode=ask.mode)
+    conditions = None
+    if ask.metadata_condition is not None:  # only Dify carries metadata conditions
+        try:
+            # The identity is chosen on the page: a pasted `acting_subject` condition is taken out, as Dify's
+            # handler takes it out, instead of becoming a metadata filter.
+            _, rest = dify.take_acting_subject(ask.metadata_condition.logical_operator,
+                                               ask.metadata_condition.conditions)
+            conditions = metadata.parse(ask.metadata_condition.logical_operator, rest)
+        except metadata.ConditionError as exc:
+            raise protocol_error(str(exc)) from None
+    return SearchRequest((kb,), ask.query, identity, filters, min(ask.top_k, dify.MAX_TOP_K),
+                         score_threshold=ask.threshold, metadata=conditions)
+
+
+def rendered(name: ProtocolName, kb: KnowledgeBase, request: SearchRequest,
+             result: SearchResult) -> tuple[Any, Sequence[Chunk]]:
+    """The body the protocol would answer (its own renderer), and the chunks it holds."""
+    if name == "sparktide":
+        encoded = sparktide.render_answer(result, legacy=kb.protocol == "legacy")
+        return orjson.loads(encoded.body), encoded.served
+    if name == "agentarts":  # the handler's default page: offset 0, limit 10
+        page = result.chunks[:AGENTARTS_PAGE]
+        return {"total": len(result.chunks), "search_result_list": [agentarts.render_chunk(c) for c in page]}, page
+    return {"records": [dify.render_record(c) for c in result.chunks]}, result.chunks
+
+
+def _budget(services: Services) -> Budget:
+    return fixed_budget(services.settings.server.default_budget_ms, now_monotonic=time.monotonic())
+
+
+async def _read(request: web.Request, model: type[kit.Model]) -> kit.Model:
+    services = request.app[SERVICES]
+    return kit.validate(model, await kit.read_json(request, services))
+
+
+def _kb(services: Services, kb_id: str) -> KnowledgeBase:
+    kb = services.settings.knowledge_base(kb_id)
+    if kb is None:
+        raise protocol_error("unknown knowledge base", status=404)
+    return kb
+
+
+async def setup(request: web.Request) -> web.Response:
+    settings = request.app[SERVICES].settings
+    return web.json_response({
+        "knowledge": [{"id": kb.id, "name": kb.name, "retrieval": kb.retrieval, "top_k": kb.top_k,
+                       "mandatory_filters": [f.value for f in kb.mandatory_filters],
+                       "modes": ["bm25"] if kb.embedder is None else ["bm25", "vector", "hybrid"]}
+                      for kb in settings.knowledge],
+        "subjects": sorted(settings.principals),
+    }, headers=HEADERS)
+
+
+async def search(request: web.Request) -> web.Response:
+    services = request.app[SERVICES]
+    ask = await _read(request, Ask)
+    kb = _kb(services, ask.knowledge_id)
+    identity = await identity_of(services, ask)
+    access.note(request, knowledge=[(kb.id, None)])
+    access.note_identity(request, identity)
+    access.note_query(request, ask.query)
+    log.info("workbench: search", extra={"knowledge_id": kb.id, "as_tenant": ask.tenant, "as_subject": ask.subject,
+                                         "remote": kit.client_address(request)})
+    answers: dict[str, Any] = {}
+    shown: list[Chunk] = []  # every chunk the page shows, for the access record
+    requests = {name: protocol_request(name, kb, identity, ask) for name in PROTOCOLS}  # bad input: 400, no search
+    async with services.admission.slot("workbench"):
+        for name, wanted in requests.items():
+            started = time.monotonic()
+            budget = _budget(services)
+            try:
+                async with services.admission.costly(metadata.costly(wanted.metadata), budget):
+                    result = await services.retriever.search(wanted, budget)
+            except KnowledgeError as exc:
+                answers[name] = {"refused": exc.code.value, "message": exc.safe_message}
+                continue
+            body, chunks = rendered(name, kb, wanted, result)
+            shown.extend(chunks)
+            answers[name] = {
+                "body": body,
+                "appliedFilters": [f.value for f in result.applied_filters],
+                "mode": resolve_mode(wanted)[0],
+                "top_k": wanted.top_k,
+                "threshold": wanted.score_threshold,
+                "took_ms": round((time.monotonic() - started) * 1000, 1),
+            }
+    access.note(request, served=served({c.chunk_id: c for c in shown}.values()))
+    return web.json_response({"identity": _identity_json(identity), "answers": answers}, headers=HEADERS)
+
+
+def _identity_json(identity: Identity) -> dict[str, Any]:
+    return {"tenants": sorted(identity.tenants), "subject": identity.subject_id, "groups": sorted(identity.groups),
+            "subject_active": identity.subject_active}
+
+
+async def why(request: web.Request) -> web.Response:
+    services = request.app[SERVICES]
+    ask = await _read(request, Why)
+    if (ask.document_id is None) == (ask.chunk_id is None):
+        raise protocol_error("give exactly one of document_id and chunk_id")
+    kb = _kb(services, ask.knowledge_id)
+    identity = await identity_of(services, ask)
+    access.note(request, knowledge=[(kb.id, None)])
+    access.note_identity(request, identity)
+    log.info("workbench: explain", extra={"knowledge_id": kb.id, "as_tenant": ask.tenant,
+                                          "as_subject": ask.subject, "protocol": ask.protocol,
+                                          "remote": kit.client_address(request)})
+    wanted = protocol_request(ask.protocol, kb, identity, ask)
+    retriever = services.retriever
+    budget = _budget(services)
+    async with services.admission.slot("workbench"), services.admission.costly(metadata.costly(wanted.metadata),
+                                                                                  budget):
+        which = {"term": {"document_id": ask.document_id}} if ask.document_id else {"ids": {"values": [ask.chunk_id]}}
+        chunks = await retriever.stored_chunks(kb.alias, which, MAX_DOCUMENT_CHUNKS, budget)
+        ids = [str(hit.get("_id")) for hit in chunks]
+        # The very search the protocol runs (the threshold is applied in Python, after it): its ranked selection
+        # is the candidates, in order, that the threshold and the topK cut choose from.
+        unthresholded = dataclasses.replace(wanted, score_threshold=0.0)
+        result = await retriever.search(unthresholded, budget) if chunks else None
+        metadata_matched = query_matched = None
+        if chunks and wanted.metadata is not None:
+            clause = await retriever.metadata_clause(kb.alias, wanted.metadata, budget)
+            metadata_matched = await retriever.matching(kb.alias, ids, clause, budget)
+        if chunks and resolve_mode(wanted)[0] == "bm25":
+            # The text part of the body the flow runs, restricted to these chunks: does it match at all? (Only for
+            # BM25: a kNN leg finds chunks whose text matches nothing.)
+            text = build_search(wanted, timeout_ms=int(budget.remaining(time.monotonic()) * 1000)).body["query"]
+            query_matched = await retriever.matching(kb.alias, ids, text["bool"]["must"][0], budget)
+    if result is None:
+        return web.json_response({"identity": _identity_json(identity), "found": 0, "reasons": [],
+                                  "message": "no chunk with this id in the knowledge base"}, headers=HEADERS)
+    ranked = [(c.chunk_id, c.document_id, c.score) for c in result.ranked]
+    reasons = explain.explain(
+        chunks, identity, result.applied_filters,
+        explain.Ranking(ranked, top_k=wanted.top_k, threshold=wanted.score_threshold),
+        metadata_matched=metadata_matched, query_matched=query_matched,
+        one_per_document=kb.one_chunk_per_document)
+    return web.json_response({
+        "identity": _identity_json(identity), "protocol": ask.protocol, "found": len(chunks),
+        "truncated": len(chunks) >= MAX_DOCUMENT_CHUNKS,
+        "appliedFilters": [f.value for f in result.applied_filters],
+        "reasons": [r.as_json() for r in reasons],
+    }, headers=HEADERS)
+
+
+# Added by create_app only when `[workbench] enabled = true` (with app[WORKBENCH_KEY] and app[GUARD] set).
+PROTOCOL = kit.Protocol(
+    name="workbench",
+    prefixes=("/workbench",),
+    render_error=error_response,
+    error_schema={"type": "object", "required": ["error"], "properties": {"error": {
+        "type": "object", "required": ["code", "message"],
+        "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},
+    routes=(
+        page_route("GET", "/workbench", guarded(page, page=True, gate=WORKBENCH),
+                   "the workbench page (login form without a session)"),
+        page_route("POST", "/workbench/login", login_handler(WORKBENCH),
+                   "log in with the workbench key (form field key)"),
+        page_route("POST", "/workbench/logout", logout_handler(WORKBENCH), "end the session"),
+        page_route("GET", "/workbench/workbench.js", guarded(script, gate=WORKBENCH), "the page's script"),
+        page_route("GET", "/workbench/api/setup", guarded(setup, gate=WORKBENCH),
+                   "workbench: knowledge bases and known subjects", api=True),
+        page_route("POST", "/workbench/api/search", guarded(search, gate=WORKBENCH),
+               "workbench: each protocol's answer for one impersonated identity", model=Ask, api=True),
+        page_route("POST", "/workbench/api/explain", guarded(why, gate=WORKBENCH),
+               "workbench: why each chunk of a document is (not) answered", model=Why, api=True),
+    ),
+)

@@ -149,8 +149,7 @@ async def measure(url: str, kb: dict[str, Any], query: str) -> dict[str, float]:
         result = SearchResult(ranked=tuple(chunks), top_k=request.top_k, applied_filters=plan.applied_filters)
 
         def render() -> web.Response:
-            rendered = sparktide.render_answer(result, legacy=False)
-            return kit.answer(rendered.body)
+            return kit.answer(sparktide.answered(kb_def, result).body)
 
         out["render"] = _cpu_us(render, ROUNDS)
         route = "/agent/knowledge/{knowledge_id}/{version}"

@@ -4,12 +4,14 @@ A protocol is one module that defines its request models, its handlers and its e
 row: the routes it serves (which drive routing and /openapi.json) and the path prefixes whose refusals it renders
 (app.py's error middleware). Handlers stay straight-line code that reads in the order a request is handled:
 authenticate → read body → validate → budget → identity → search → answer, each step once, using the helpers here.
+What a platform's rules make of its body and of a result sits in two pure functions of its module, `search_request`
+(its body → the neutral SearchRequest) and `answered` (a SearchResult → its `Answer`), which the workbench calls too.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -24,6 +26,7 @@ from es_provider.core.errors import KnowledgeError, protocol_error
 from es_provider.core.strictjson import StrictJsonError, loads_object
 from es_provider.edge import auth
 from es_provider.edge.service import Services
+from es_provider.search.domain import Chunk
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 ErrorRenderer = Callable[[KnowledgeError], web.Response]
@@ -55,6 +58,16 @@ class Protocol:
     prefixes: tuple[str, ...] = ()
     schemas: Mapping[str, Any] = field(default_factory=dict)  # named schemas its answers refer to
     recorded: bool = True  # its requests are in the access record (SCIM keeps its own change log)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a protocol answers for one search result: its body's bytes and the chunks that body holds, in order
+    (the access record's `served`, the workbench's view)."""
+
+    body: bytes
+    served: Sequence[Chunk]
+    problems: Sequence[str] = ()  # for the log: what the renderer skipped or fixed, and why
 
 
 # --- the shared steps ---

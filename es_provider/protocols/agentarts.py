@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -19,11 +20,12 @@ from pydantic import Field
 from es_provider.audit import access
 from es_provider.config.settings import ApiKey, KnowledgeBase, RetrievalMode
 from es_provider.core import acl
+from es_provider.core.acl import Identity
 from es_provider.core.errors import KnowledgeError, forbidden, protocol_error, unauthenticated
 from es_provider.core.strictjson import StrictModel
 from es_provider.edge import auth, kit
 from es_provider.edge.service import SERVICES, Services
-from es_provider.search.domain import Chunk, SearchRequest, served
+from es_provider.search.domain import Chunk, SearchRequest, SearchResult, served
 
 log = logging.getLogger("es_provider.agentarts")
 
@@ -32,6 +34,7 @@ NARROWING_KEYS = ("tenant_id", "subject_id")
 # `method` has one value ("doc": the knowledge base's own retrieval); extra_params may pick another per request.
 MODE_KEY = "retrieval_mode"
 MODES: tuple[RetrievalMode, ...] = ("bm25", "vector", "hybrid")
+PAGE = 10  # results answered when the request names no `limit`
 
 
 class ExtraParam(StrictModel):
@@ -44,7 +47,7 @@ class RetrieveRequest(StrictModel):
     query: Annotated[str, Field(min_length=1, max_length=4096)]
     method: Literal["doc"]
     offset: Annotated[int, Field(ge=0, le=65535)] = 0
-    limit: Annotated[int, Field(ge=1, le=100)] = 10
+    limit: Annotated[int, Field(ge=1, le=100)] = PAGE
     top_k: Annotated[int, Field(ge=1, le=1024)] = 50
     search_threshold: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
     extra_params: list[ExtraParam] = Field(default_factory=list, max_length=64)
@@ -92,6 +95,28 @@ def narrowing(params: list[ExtraParam]) -> dict[str, str]:
         else:
             log.info("ignored unknown extra_params key %r", param.key[:64])
     return found
+
+
+def search_request(bases: Sequence[KnowledgeBase], identity: Identity, query: str, *, top_k: int, threshold: float,
+                   mode: RetrievalMode | None, end_user: bool) -> SearchRequest:
+    """Pure: what AgentArts asks: every named knowledge base under the key's filters (one list, in order), its
+    top_k, search_threshold and retrieval mode."""
+    return SearchRequest(
+        knowledge=tuple(bases),
+        query=query,
+        identity=identity,
+        filters=acl.ordered(f for kb in bases for f in kb.key_filters(end_user=end_user)),
+        top_k=top_k,
+        score_threshold=threshold,
+        mode=mode,
+    )
+
+
+def answered(result: SearchResult, offset: int = 0, limit: int = PAGE) -> kit.Answer:
+    """The page `offset`…`offset + limit` of the ranked chunks; `total` counts them all."""
+    page = result.chunks[offset : offset + limit]
+    body = {"total": len(result.chunks), "search_result_list": [render_chunk(c) for c in page]}
+    return kit.Answer(orjson.dumps(body), page)
 
 
 def render_chunk(chunk: Chunk) -> dict[str, Any]:
@@ -148,19 +173,12 @@ async def search(request: web.Request) -> web.Response:
                                               subject_id=narrow.get("subject_id"))
         identity = await services.principals.identity(key.app, tenants, subject, budget, key.groups)
         access.note_identity(request, identity, acting_subject=narrow.get("subject_id"))
-        result = await services.retriever.search(SearchRequest(
-            knowledge=tuple(bases),
-            query=req.query,
-            identity=identity,
-            filters=acl.ordered(f for kb in bases for f in kb.key_filters(end_user="subject_id" in narrow)),
-            top_k=req.top_k,
-            score_threshold=req.search_threshold,
-            mode=next((m for m in MODES if m == mode), None),
-        ), budget)
-        page = result.chunks[req.offset : req.offset + req.limit]
-        access.note(request, served=served(page))
-        return kit.answer({"total": len(result.chunks), "search_result_list": [render_chunk(c) for c in page]},
-                          rerank=result.rerank)
+        result = await services.retriever.search(search_request(
+            bases, identity, req.query, top_k=req.top_k, threshold=req.search_threshold,
+            mode=next((m for m in MODES if m == mode), None), end_user="subject_id" in narrow), budget)
+        answer = answered(result, req.offset, req.limit)
+        access.note(request, served=served(answer.served))
+        return kit.answer(answer.body, rerank=result.rerank)
 
 
 def _list_of(required: dict[str, Any], **optional: Any) -> dict[str, Any]:

@@ -12,11 +12,13 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from es_provider.audit import access
+from es_provider.config.settings import KnowledgeBase
 from es_provider.core import metadata
+from es_provider.core.acl import Identity
 from es_provider.core.errors import ErrorCode, KnowledgeError, protocol_error
 from es_provider.edge import auth, kit
 from es_provider.edge.service import SERVICES
-from es_provider.search.domain import Chunk, SearchRequest, served
+from es_provider.search.domain import Chunk, SearchRequest, SearchResult, served
 
 log = logging.getLogger("es_provider.dify")
 
@@ -103,6 +105,36 @@ def take_acting_subject(
     return user, [c for c in conditions if c is not named]
 
 
+def metadata_conditions(condition: MetadataCondition | None) -> tuple[str | None, metadata.Conditions | None]:
+    """Pure: the end user named by `acting_subject` (see take_acting_subject) and the other conditions, parsed;
+    a PROTOCOL_ERROR for a condition that cannot be."""
+    condition = condition or MetadataCondition()
+    try:
+        acting, rest = take_acting_subject(condition.logical_operator, condition.conditions)
+        return acting, metadata.parse(condition.logical_operator, rest)
+    except metadata.ConditionError as exc:
+        raise protocol_error(str(exc)) from None
+
+
+def search_request(kb: KnowledgeBase, identity: Identity, query: str, setting: RetrievalSetting,
+                   conditions: metadata.Conditions | None, *, end_user: bool) -> SearchRequest:
+    """Pure: what Dify asks: the key's filters, its top_k (the knowledge base's when unset, at most MAX_TOP_K), its
+    score threshold and metadata conditions."""
+    return SearchRequest(
+        knowledge=(kb,),
+        query=query,
+        identity=identity,
+        filters=kb.key_filters(end_user=end_user),
+        top_k=min(setting.top_k or kb.top_k, MAX_TOP_K),
+        score_threshold=setting.score_threshold,
+        metadata=conditions,
+    )
+
+
+def answered(result: SearchResult) -> kit.Answer:
+    return kit.Answer(orjson.dumps({"records": [render_record(c) for c in result.chunks]}), result.chunks)
+
+
 def render_record(chunk: Chunk) -> dict[str, Any]:
     meta: dict[str, Any] = dict(chunk.metadata)
     # Ours last, so stored metadata cannot pose as another document or chunk.
@@ -135,12 +167,7 @@ async def search(request: web.Request) -> web.Response:
         kb = services.settings.knowledge_base(req.knowledge_id)
         if kb is None or kb.id not in key.knowledge:
             raise unknown_knowledge()
-        condition = req.metadata_condition or MetadataCondition()
-        try:
-            acting, rest = take_acting_subject(condition.logical_operator, condition.conditions)
-            conditions = metadata.parse(condition.logical_operator, rest)
-        except metadata.ConditionError as exc:
-            raise protocol_error(str(exc)) from None
+        acting, conditions = metadata_conditions(req.metadata_condition)
         budget = kit.default_budget(services)
         try:
             tenants, subject = auth.api_key_scope(key, subject_id=acting)
@@ -151,20 +178,13 @@ async def search(request: web.Request) -> web.Response:
         identity = await services.principals.identity(key.app, tenants, subject, budget, key.groups)
         access.note_identity(request, identity, acting_subject=acting)
         access.note_query(request, req.query)
-        setting = req.retrieval_setting
         async with services.admission.costly(metadata.costly(conditions), budget):
-            result = await services.retriever.search(SearchRequest(
-                knowledge=(kb,),
-                query=req.query,
-                identity=identity,
-                filters=kb.key_filters(end_user=acting is not None),
-                top_k=min(setting.top_k or kb.top_k, MAX_TOP_K),
-                score_threshold=setting.score_threshold,
-                metadata=conditions,
-            ), budget)
-        access.note(request, served=served(result.chunks))
-        return kit.answer({"records": [render_record(c) for c in result.chunks]}, rerank=result.rerank)
-
+            result = await services.retriever.search(
+                search_request(kb, identity, req.query, req.retrieval_setting, conditions, end_user=acting is not None),
+                budget)
+        answer = answered(result)
+        access.note(request, served=served(answer.served))
+        return kit.answer(answer.body, rerank=result.rerank)
 
 _DIFY_RECORDS = {"type": "object", "required": ["records"], "properties": {"records": {"type": "array", "items": {
     "type": "object", "required": ["content", "title", "metadata"], "properties": {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -97,12 +97,23 @@ def fingerprint(data: dict[str, Any], identity: Identity) -> bytes:
     return hashlib.sha256(orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)).digest()
 
 
-def render_answer(result: SearchResult, *, legacy: bool) -> items.Encoded:
-    # The topK cut is the rendering's limit, over every candidate: a skipped item's place goes to the next one.
-    if legacy:
-        return items.render(result.ranked, {}, "documents", legacy=True, limit=result.top_k)
-    envelope = {"protocolVersion": "1.0", "appliedFilters": [f.value for f in result.applied_filters]}
-    return items.render(result.ranked, envelope, "items", limit=result.top_k)
+def search_request(kb: KnowledgeBase, identity: Identity, query: str, top_k: int,
+                   required: Sequence[FilterName] = ()) -> SearchRequest:
+    """Pure: what a callback asks: the registration's mandatory filters and the ones it requires, its topK capped by
+    the registration's (no retrieval mode, no threshold)."""
+    return SearchRequest(knowledge=(kb,), query=query, identity=identity,
+                         filters=ordered([*kb.mandatory_filters, *required]), top_k=min(top_k, kb.top_k))
+
+
+def answered(kb: KnowledgeBase, result: SearchResult) -> kit.Answer:
+    """The answer's bytes, in the registration's protocol. The topK cut is the rendering's limit, over every
+    candidate: a skipped item's place goes to the next one."""
+    if kb.protocol == "legacy":
+        encoded = items.render(result.ranked, {}, "documents", legacy=True, limit=result.top_k)
+    else:
+        envelope = {"protocolVersion": "1.0", "appliedFilters": [f.value for f in result.applied_filters]}
+        encoded = items.render(result.ranked, envelope, "items", limit=result.top_k)
+    return kit.Answer(encoded.body, encoded.served, encoded.problems)
 
 
 def manifest(kb: KnowledgeBase, endpoint: str, version: str | None = None) -> dict[str, Any]:
@@ -184,22 +195,16 @@ async def callback(request: web.Request) -> web.Response:
                 raise unauthenticated("signature replayed (first used by another process)")
         identity = await services.principals.identity_of(req.appId, req.tenantId, req.subjectId, budget)
         access.note_identity(request, identity)
-        search_request = SearchRequest(
-            knowledge=(kb,),
-            query=req.query,
-            identity=identity,
-            filters=ordered([*kb.mandatory_filters, *req.filters.required]),
-            top_k=min(req.topK, kb.top_k),
-        )
+        wanted = search_request(kb, identity, req.query, req.topK, req.filters.required)
 
         # Search and answer, once per executionId: one execution may ask several knowledge bases, each once; a
         # retry, or a duplicate still in flight, gets the same bytes.
         async def search() -> Answer:
-            result = await services.retriever.search(search_request, budget)
-            rendered = render_answer(result, legacy=kb.protocol == "legacy")
-            for problem in rendered.problems:
+            result = await services.retriever.search(wanted, budget)
+            answer = answered(kb, result)
+            for problem in answer.problems:
                 log.warning("result item: %s", problem, extra={"executionId": req.executionId})
-            return rendered.body, served(rendered.served), result.rerank
+            return answer.body, served(answer.served), result.rerank
 
         key = (kb.id, version, req.appId, req.executionId)
         body, answered, rerank = await services.idempotency.once(key, fingerprint(data, identity), search,

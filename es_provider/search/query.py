@@ -148,7 +148,8 @@ def _envelope(size: int, timeout_ms: int, query: dict[str, Any]) -> dict[str, An
     }
 
 
-def _bm25_query(retrieval: SearchRequest, filters: list[dict[str, Any]]) -> dict[str, Any]:
+def text_clause(retrieval: SearchRequest) -> dict[str, Any]:
+    """The scored part of the BM25 query (what `must` holds): the text, with the context beside it."""
     query_text = bounded_text(retrieval.query)
     languages = frozenset(language for kb in retrieval.knowledge for language in kb.languages)
     text = {
@@ -172,8 +173,11 @@ def _bm25_query(retrieval: SearchRequest, filters: list[dict[str, Any]]) -> dict
     }
     # `should` beside `must` only adds to the score: the context never makes a chunk match on its own. It sits in
     # an inner bool so that the outer one holds nothing but the text and the filters.
-    scored = {"bool": {"must": [text], "should": [context]}}
-    return {"bool": {"must": [scored], "filter": filters}}
+    return {"bool": {"must": [text], "should": [context]}}
+
+
+def _bm25_query(retrieval: SearchRequest, filters: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"bool": {"must": [text_clause(retrieval)], "filter": filters}}
 
 
 def _knn_query(vector: Sequence[float], k: int, filters: list[dict[str, Any]]) -> dict[str, Any]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
 from typing import Any, Literal
 
 import orjson
@@ -28,8 +27,7 @@ from pydantic import Field
 from es_provider.audit import access
 from es_provider.config.settings import KnowledgeBase, RetrievalMode
 from es_provider.core import metadata
-from es_provider.core.acl import Identity, ordered
-from es_provider.core.deadline import Budget, fixed_budget
+from es_provider.core.acl import Identity
 from es_provider.core.errors import KnowledgeError, protocol_error
 from es_provider.core.strictjson import StrictModel
 from es_provider.edge import kit
@@ -37,7 +35,7 @@ from es_provider.edge.service import SERVICES, Services
 from es_provider.protocols import agentarts, dify, sparktide
 from es_provider.search import explain
 from es_provider.search.domain import Chunk, SearchRequest, SearchResult, served
-from es_provider.search.query import build_search
+from es_provider.search.query import text_clause
 from es_provider.search.retrieval import resolve_mode
 from es_provider.web.login import (
     HEADERS,
@@ -57,7 +55,6 @@ WORKBENCH_KEY = web.AppKey("workbench_key", bytes)
 WORKBENCH = LoginGate("workbench", WORKBENCH_KEY, COOKIE, "/workbench", "login.html")
 ProtocolName = Literal["sparktide", "agentarts", "dify"]
 PROTOCOLS: tuple[ProtocolName, ...] = ("sparktide", "agentarts", "dify")
-AGENTARTS_PAGE = 10  # AgentArts answers its first `limit` (default 10) results
 MAX_DOCUMENT_CHUNKS = 500
 
 
@@ -93,46 +90,36 @@ async def identity_of(services: Services, ask: Ask) -> Identity:
     """The impersonated identity: groups come from the principal store (the live directory, then
     `[principals]`), as for every protocol."""
     return await services.principals.identity_of("workbench", ask.tenant or None, ask.subject or None,
-                                                 _budget(services))
+                                                 kit.default_budget(services))
 
 
 def protocol_request(name: ProtocolName, kb: KnowledgeBase, identity: Identity, ask: Ask) -> SearchRequest:
-    """Pure: the SearchRequest each protocol's handler builds for this question (sparktide.callback,
-    agentarts.search, dify.search): its filters, its topK limit, and the options it has."""
-    if name == "sparktide":  # the registration's filters, topK capped by the definition; no mode, threshold
-        return SearchRequest((kb,), ask.query, identity, ordered(kb.mandatory_filters), min(ask.top_k, kb.top_k))
-    filters = kb.key_filters(end_user=identity.subject_id is not None)
-    if name == "agentarts":
-        return SearchRequest((kb,), ask.query, identity, filters, ask.top_k, score_threshold=ask.threshold,
-                             mode=ask.mode)
-    conditions = None
-    if ask.metadata_condition is not None:  # only Dify carries metadata conditions
-        try:
-            # The identity is chosen on the page: a pasted `acting_subject` condition is taken out, as Dify's
-            # handler takes it out, instead of becoming a metadata filter.
-            _, rest = dify.take_acting_subject(ask.metadata_condition.logical_operator,
-                                               ask.metadata_condition.conditions)
-            conditions = metadata.parse(ask.metadata_condition.logical_operator, rest)
-        except metadata.ConditionError as exc:
-            raise protocol_error(str(exc)) from None
-    return SearchRequest((kb,), ask.query, identity, filters, min(ask.top_k, dify.MAX_TOP_K),
-                         score_threshold=ask.threshold, metadata=conditions)
-
-
-def rendered(name: ProtocolName, kb: KnowledgeBase, request: SearchRequest,
-             result: SearchResult) -> tuple[Any, Sequence[Chunk]]:
-    """The body the protocol would answer (its own renderer), and the chunks it holds."""
+    """Pure: the SearchRequest each platform's own rules build for this question (its module's `search_request`),
+    the identity chosen on the page standing for the one the platform would name."""
     if name == "sparktide":
-        encoded = sparktide.render_answer(result, legacy=kb.protocol == "legacy")
-        return orjson.loads(encoded.body), encoded.served
-    if name == "agentarts":  # the handler's default page: offset 0, limit 10
-        page = result.chunks[:AGENTARTS_PAGE]
-        return {"total": len(result.chunks), "search_result_list": [agentarts.render_chunk(c) for c in page]}, page
-    return {"records": [dify.render_record(c) for c in result.chunks]}, result.chunks
+        return sparktide.search_request(kb, identity, ask.query, ask.top_k)
+    end_user = identity.subject_id is not None
+    if name == "agentarts":
+        return agentarts.search_request((kb,), identity, ask.query, top_k=ask.top_k, threshold=ask.threshold,
+                                        mode=ask.mode, end_user=end_user)
+    # A pasted `acting_subject` condition is taken out, as Dify's handler takes it out, instead of becoming a
+    # metadata filter: the page names the identity.
+    _, conditions = dify.metadata_conditions(ask.metadata_condition)
+    setting = dify.RetrievalSetting(top_k=ask.top_k, score_threshold=ask.threshold)
+    return dify.search_request(kb, identity, ask.query, setting, conditions, end_user=end_user)
 
 
-def _budget(services: Services) -> Budget:
-    return fixed_budget(services.settings.server.default_budget_ms, now_monotonic=time.monotonic())
+def answered(name: ProtocolName, kb: KnowledgeBase, result: SearchResult) -> kit.Answer:
+    """What the platform's handler answers (AgentArts: its default page)."""
+    if name == "sparktide":
+        return sparktide.answered(kb, result)
+    if name == "agentarts":
+        return agentarts.answered(result)
+    return dify.answered(result)
+
+
+def _json(value: Any) -> web.Response:
+    return web.Response(body=orjson.dumps(value), content_type="application/json", headers=HEADERS)
 
 
 async def _read(request: web.Request, model: type[kit.Model]) -> kit.Model:
@@ -174,17 +161,17 @@ async def search(request: web.Request) -> web.Response:
     async with services.admission.slot("workbench"):
         for name, wanted in requests.items():
             started = time.monotonic()
-            budget = _budget(services)
+            budget = kit.default_budget(services)
             try:
                 async with services.admission.costly(metadata.costly(wanted.metadata), budget):
                     result = await services.retriever.search(wanted, budget)
             except KnowledgeError as exc:
                 answers[name] = {"refused": exc.code.value, "message": exc.safe_message}
                 continue
-            body, chunks = rendered(name, kb, wanted, result)
-            shown.extend(chunks)
+            answer = answered(name, kb, result)
+            shown.extend(answer.served)
             answers[name] = {
-                "body": body,
+                "body": orjson.Fragment(answer.body),  # the platform's own bytes, never parsed back
                 "appliedFilters": [f.value for f in result.applied_filters],
                 "mode": resolve_mode(wanted)[0],
                 "top_k": wanted.top_k,
@@ -192,7 +179,7 @@ async def search(request: web.Request) -> web.Response:
                 "took_ms": round((time.monotonic() - started) * 1000, 1),
             }
     access.note(request, served=served({c.chunk_id: c for c in shown}.values()))
-    return web.json_response({"identity": _identity_json(identity), "answers": answers}, headers=HEADERS)
+    return _json({"identity": _identity_json(identity), "answers": answers})
 
 
 def _identity_json(identity: Identity) -> dict[str, Any]:
@@ -214,7 +201,7 @@ async def why(request: web.Request) -> web.Response:
                                           "remote": kit.client_address(request)})
     wanted = protocol_request(ask.protocol, kb, identity, ask)
     retriever = services.retriever
-    budget = _budget(services)
+    budget = kit.default_budget(services)
     async with services.admission.slot("workbench"), services.admission.costly(metadata.costly(wanted.metadata),
                                                                                   budget):
         which = {"term": {"document_id": ask.document_id}} if ask.document_id else {"ids": {"values": [ask.chunk_id]}}
@@ -231,23 +218,22 @@ async def why(request: web.Request) -> web.Response:
         if chunks and resolve_mode(wanted)[0] == "bm25":
             # The text part of the body the flow runs, restricted to these chunks: does it match at all? (Only for
             # BM25: a kNN leg finds chunks whose text matches nothing.)
-            text = build_search(wanted, timeout_ms=int(budget.remaining(time.monotonic()) * 1000)).body["query"]
-            query_matched = await retriever.matching(kb.alias, ids, text["bool"]["must"][0], budget)
+            query_matched = await retriever.matching(kb.alias, ids, text_clause(wanted), budget)
     if result is None:
-        return web.json_response({"identity": _identity_json(identity), "found": 0, "reasons": [],
-                                  "message": "no chunk with this id in the knowledge base"}, headers=HEADERS)
+        return _json({"identity": _identity_json(identity), "found": 0, "reasons": [],
+                      "message": "no chunk with this id in the knowledge base"})
     ranked = [(c.chunk_id, c.document_id, c.score) for c in result.ranked]
     reasons = explain.explain(
         chunks, identity, result.applied_filters,
         explain.Ranking(ranked, top_k=wanted.top_k, threshold=wanted.score_threshold),
         metadata_matched=metadata_matched, query_matched=query_matched,
         one_per_document=kb.one_chunk_per_document)
-    return web.json_response({
+    return _json({
         "identity": _identity_json(identity), "protocol": ask.protocol, "found": len(chunks),
         "truncated": len(chunks) >= MAX_DOCUMENT_CHUNKS,
         "appliedFilters": [f.value for f in result.applied_filters],
         "reasons": [r.as_json() for r in reasons],
-    }, headers=HEADERS)
+    })
 
 
 # Added by create_app only when `[workbench] enabled = true` (with app[WORKBENCH_KEY] and app[GUARD] set).

@@ -26,7 +26,7 @@ from aiohttp import web
 from pydantic import Field
 
 from es_provider.audit import access
-from es_provider.config.settings import KnowledgeBase, RetrievalMode
+from es_provider.config.knowledge import KnowledgeBase, RetrievalMode
 from es_provider.core import metadata
 from es_provider.core.acl import Identity, ordered
 from es_provider.core.deadline import Budget, fixed_budget

@@ -80,7 +80,7 @@ config-reference: install
 ## reliability       the reliability modules at full size; writes docs/reliability.md
 ## opensearch-start  a local OpenSearch node without Docker (scripts/opensearch-local start)
 ## opensearch-stop   stop it (scripts/opensearch-local stop)
-## config-reference  regenerate docs/configuration.md from the settings models (es_provider/config/settings.py)
+## config-reference  regenerate docs/configuration.md from the settings models (es_provider/config/)
 ## help              this list
 .PHONY: help config-reference
 help:

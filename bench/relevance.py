@@ -161,7 +161,7 @@ async def _load_index(url: str, index: str, records: Path, size: int, *, neighbo
 
 def _body(text: str, *, context: bool, collapse: bool, size: int = 100) -> dict[str, Any]:
     """The service's BM25 body for `text` (query.py), with its context clause or collapse taken out for a variant."""
-    from es_provider.config.settings import KnowledgeBase
+    from es_provider.config.knowledge import KnowledgeBase
     from es_provider.core.acl import Identity
     from es_provider.search.domain import SearchRequest
     from es_provider.search.query import build_search

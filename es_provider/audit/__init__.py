@@ -1,2 +1,3 @@
 """The access record: what a record holds and how it is written (access, pure but for the request it notes on) and
-its queues, spool and sinks (recorder). Imports core, config, engine and search's neutral models."""
+where it goes: the sinks (sinks), the index sink's durable spool (spool), one sink's queue and writer (channel) and
+the recorder over them (recorder). Imports core, config, engine and search's neutral models."""

@@ -16,7 +16,8 @@ from typing import Any
 
 import orjson
 
-from es_provider.config.settings import ConfigError, KnowledgeBase, Settings, load_settings
+from es_provider.config.knowledge import KnowledgeBase
+from es_provider.config.settings import ConfigError, Settings, load_settings
 from es_provider.core import logs
 from es_provider.core.errors import KnowledgeError, StartupError
 from es_provider.engine.client import Engine

@@ -1,8 +1,9 @@
-"""Pure: the configuration reference (docs/configuration.md) from the settings models in config.py — every section
-and field with its type, default, constraints and description (the field's docstring), and the rules checked across
-fields (the models' validators' messages). Nothing here is written by hand twice: change a model, then run
+"""Pure: the configuration reference (docs/configuration.md) from the settings models (Settings in settings.py, the
+sections in serving.py, knowledge.py, identity.py and audit.py) — every section and field with its type, default,
+constraints and description (the field's docstring), and the rules checked across fields (the models' validators'
+messages). Nothing here is written by hand twice: change a model, then run
 
-    make config-reference        # or: python -m es_provider.config_reference > docs/configuration.md
+    make config-reference        # or: python -m es_provider.config.reference > docs/configuration.md
 
 tests/unit/test_config_reference.py fails while docs/configuration.md differs from what this prints.
 """

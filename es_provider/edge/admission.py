@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from aiohttp import ClientPayloadError, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from es_provider.config.settings import ServerSettings
+from es_provider.config.serving import ServerSettings
 from es_provider.core.deadline import Budget
 from es_provider.core.errors import ClientDisconnected, ErrorCode, KnowledgeError, protocol_error
 from es_provider.core.metrics import Metrics

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from es_provider.config.secrets import read_secret
-from es_provider.config.settings import ApiKey, Settings
+from es_provider.config.serving import ApiKey
+from es_provider.config.settings import Settings
 from es_provider.core.errors import forbidden
 
 _BEARER = "bearer "

@@ -20,7 +20,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from es_provider.audit import access
-from es_provider.config.settings import ApiKey
+from es_provider.config.serving import ApiKey
 from es_provider.core.deadline import Budget, fixed_budget
 from es_provider.core.errors import KnowledgeError, protocol_error
 from es_provider.core.strictjson import StrictJsonError, loads_object

@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from es_provider.config.settings import KnowledgeBase, Settings
+from es_provider.config.knowledge import KnowledgeBase
+from es_provider.config.settings import Settings
 from es_provider.core.naming import index_name, index_pattern, version_of
 from es_provider.engine.client import Engine, wait_out_block
 from es_provider.ingest.writer import EMBED_BATCH, add_vectors

@@ -34,7 +34,7 @@ from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception_type, wait_exponential
 
-from es_provider.config.settings import KnowledgeBase
+from es_provider.config.knowledge import KnowledgeBase
 from es_provider.core.deadline import fixed_budget
 from es_provider.engine.client import Engine, wait_out_block
 from es_provider.engine.transient import blocked_write, transient_status

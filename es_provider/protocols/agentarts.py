@@ -18,7 +18,8 @@ from aiohttp import web
 from pydantic import Field
 
 from es_provider.audit import access
-from es_provider.config.settings import ApiKey, KnowledgeBase, RetrievalMode
+from es_provider.config.knowledge import KnowledgeBase, RetrievalMode
+from es_provider.config.serving import ApiKey
 from es_provider.core import acl
 from es_provider.core.acl import Identity
 from es_provider.core.errors import KnowledgeError, forbidden, protocol_error, unauthenticated

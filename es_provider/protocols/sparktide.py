@@ -18,7 +18,9 @@ from aiohttp import web
 from pydantic import Field
 
 from es_provider.audit import access
-from es_provider.config.settings import FilterName, KnowledgeBase, Settings
+from es_provider.config.knowledge import KnowledgeBase
+from es_provider.config.model import FilterName
+from es_provider.config.settings import Settings
 from es_provider.core.acl import Filter, Identity, ordered
 from es_provider.core.deadline import budget_from_deadline
 from es_provider.core.errors import ErrorCode, KnowledgeError, forbidden, protocol_error, unauthenticated

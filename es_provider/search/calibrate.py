@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from es_provider.config.settings import KnowledgeBase
+from es_provider.config.knowledge import KnowledgeBase
 from es_provider.core.acl import Identity
 from es_provider.core.calibration import Hit, Logistic, Row, calibrate_leg, fit, fuse, lead_of, leg_scores
 from es_provider.core.deadline import Budget

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from es_provider.config.settings import KnowledgeBase, RetrievalMode
+from es_provider.config.knowledge import KnowledgeBase, RetrievalMode
 from es_provider.core.acl import Filter, Identity
 from es_provider.core.metadata import Conditions
 

@@ -32,8 +32,9 @@ import aiohttp
 import numpy as np
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from es_provider.config.knowledge import EmbedderSettings
 from es_provider.config.secrets import read_secret
-from es_provider.config.settings import EmbedderSettings, Settings
+from es_provider.config.settings import Settings
 from es_provider.core.cores import usable_cores
 from es_provider.core.errors import ErrorCode, KnowledgeError
 from es_provider.engine.transient import TransientStatus, transient, transient_status

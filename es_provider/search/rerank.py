@@ -22,8 +22,8 @@ from typing import Any, Literal
 import aiohttp
 import orjson
 
+from es_provider.config.knowledge import RerankApi, RerankSettings
 from es_provider.config.secrets import read_secret
-from es_provider.config.settings import RerankApi, RerankSettings
 from es_provider.core.calibration import Logistic, lead_of
 from es_provider.search.domain import Chunk
 from es_provider.search.embedders import passage_text

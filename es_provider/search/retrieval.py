@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from es_provider.config.settings import RetrievalMode, ScoringSettings
+from es_provider.config.knowledge import RetrievalMode, ScoringSettings
 from es_provider.core import acl, metadata
 from es_provider.core.calibration import calibrate, calibrate_leg, fuse
 from es_provider.core.deadline import Budget

@@ -17,7 +17,8 @@ from aiohttp.typedefs import Handler
 from yarl import URL
 
 from es_provider.audit import access
-from es_provider.audit.recorder import RECORDER, FileSink, IndexSink, Recorder, Sink
+from es_provider.audit.recorder import RECORDER, Recorder
+from es_provider.audit.sinks import FileSink, IndexSink, Sink
 from es_provider.config.secrets import read_secret
 from es_provider.config.settings import Settings
 from es_provider.core.acl import Filter

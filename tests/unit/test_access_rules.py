@@ -8,7 +8,8 @@ import datetime as dt
 import pytest
 
 from es_provider.audit import access
-from es_provider.config.settings import AccessLogSettings, ConfigError, parse_settings
+from es_provider.config.audit import AccessLogSettings
+from es_provider.config.settings import ConfigError, parse_settings
 
 NOW = dt.datetime(2026, 12, 2, 10, 30, 15, 123456, tzinfo=dt.UTC)
 

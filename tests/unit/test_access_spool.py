@@ -1,4 +1,4 @@
-"""The access record's failure rules and durable spool (recorder.py, access.py), without an engine: which item
+"""The access record's failure rules and durable spool (audit/recorder.py, channel.py, spool.py, access.py), without an engine: which item
 errors are the record's fault, JSON Lines lines that split the Python way, and a sink that is down for longer than
 max_delay_s — its records go to the spool (no refusal), come back out once it takes writes, and survive the process
 (the next start drains them); a full spool refuses as no spool does."""
@@ -16,8 +16,10 @@ import orjson
 import pytest
 
 from es_provider.audit import access
-from es_provider.audit.recorder import IndexSink, Recorder, Spool, SpoolFull, spool_folder
-from es_provider.config.settings import AccessLogSettings
+from es_provider.audit.recorder import Recorder
+from es_provider.audit.sinks import IndexSink
+from es_provider.audit.spool import Spool, SpoolFull, spool_folder
+from es_provider.config.audit import AccessLogSettings
 from es_provider.core.errors import ErrorCode, KnowledgeError
 
 
@@ -214,7 +216,7 @@ def test_the_spool_folder_is_per_prefix(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 async def test_the_file_sink_writes_one_line_per_record_the_python_way(tmp_path: Path) -> None:
-    from es_provider.audit.recorder import FileSink
+    from es_provider.audit.sinks import FileSink
 
     sink = FileSink(tmp_path)
     await sink.prepare()

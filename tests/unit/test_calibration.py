@@ -8,7 +8,7 @@ import tomllib
 
 import pytest
 
-from es_provider.config.settings import Calibration, ScoringSettings
+from es_provider.config.knowledge import Calibration, ScoringSettings
 from es_provider.core.calibration import Logistic, calibrate, calibrate_leg, features, fit, fuse, lead_of, usable
 from es_provider.search.calibrate import WEIGHTS, Judged, _equal, fit_all, ndcg_at_10
 

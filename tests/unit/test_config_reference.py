@@ -1,26 +1,17 @@
-"""docs/configuration.md is what es_provider/config_reference.py prints from the settings models: a field added,
+"""docs/configuration.md is what es_provider/config/reference.py prints from the settings models: a field added,
 a default or a limit changed, a docstring reworded — and the page is regenerated (`make config-reference`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from es_provider.config.audit import AccessLogSettings
+from es_provider.config.identity import DirectorySettings, ScimSettings
+from es_provider.config.knowledge import Calibration, EmbedderSettings, KnowledgeBase, ScoringSettings
+from es_provider.config.model import ConfigModel
 from es_provider.config.reference import reference
-from es_provider.config.settings import (
-    AccessLogSettings,
-    ApiKey,
-    Calibration,
-    ConfigModel,
-    DirectorySettings,
-    EmbedderSettings,
-    KnowledgeBase,
-    OpenSearchSettings,
-    ScimSettings,
-    ScoringSettings,
-    ServerSettings,
-    Settings,
-    WorkbenchSettings,
-)
+from es_provider.config.serving import ApiKey, OpenSearchSettings, ServerSettings, WorkbenchSettings
+from es_provider.config.settings import Settings
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 MODELS = (Settings, OpenSearchSettings, ServerSettings, WorkbenchSettings, DirectorySettings, ScimSettings,

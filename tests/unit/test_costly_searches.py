@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from es_provider.config.settings import ServerSettings
+from es_provider.config.serving import ServerSettings
 from es_provider.core.deadline import fixed_budget
 from es_provider.core.errors import ErrorCode, KnowledgeError
 from es_provider.core.metadata import costly, parse

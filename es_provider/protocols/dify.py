@@ -12,7 +12,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from es_provider.audit import access
-from es_provider.config.settings import KnowledgeBase
+from es_provider.config.knowledge import KnowledgeBase
 from es_provider.core import metadata
 from es_provider.core.acl import Identity
 from es_provider.core.errors import ErrorCode, KnowledgeError, protocol_error

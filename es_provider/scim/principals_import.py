@@ -1,5 +1,5 @@
 """`es-provider principals import FILE [--replace]`: users and their groups from JSON Lines into the principal store,
-through the SCIM service's own handler and storage (scim.py), so a file import and an identity provider write the
+through the SCIM service's own handler and storage (service.py), so a file import and an identity provider write the
 same documents by the same rules, and every change is announced to every process.
 
 One user a line: `{"subject": "u-alice", "groups": ["eng", "ops"], "active": true}` (`active` defaults to true;
@@ -24,7 +24,7 @@ from scim2_server.responses import ScimResponse
 from es_provider.config.settings import Settings
 from es_provider.core.strictjson import StrictJsonError, StrictModel, loads_object
 from es_provider.engine.client import Engine
-from es_provider.scim.storage import GROUP_SCHEMA, USER_SCHEMA
+from es_provider.scim.narrowing import GROUP_SCHEMA, USER_SCHEMA
 
 PATCH_OP = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
 PAGE = 200

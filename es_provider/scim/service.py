@@ -2,11 +2,12 @@
 Microsoft Entra ID) provisions its users and groups into the principal store, which gives subjects their groups.
 
 The SCIM protocol is scim2-server's (ScimService and AsyncScimHandler: validation, PATCH, filters, sorting, ETags,
-discovery, SCIM errors); the storage is scim_storage.DirectoryStorage. This module only carries requests to them,
+discovery, SCIM errors); the storage is storage.DirectoryStorage. This module only carries requests to them,
 as scim2-server's own ASGI application does: the service's own bearer token checked first (in constant time,
 before any body is read; 401 in SCIM's error body otherwise, 429 once a client has sent too many wrong ones), the
 body read under admission's bounds, scim_bounds' limits (400 before anything is parsed), one request slot of the
-"scim" class (at most ACTIVE at once), the handling on the SCIM worker's thread (never on the service's event loop),
+"scim" class (at most ACTIVE at once), the handling on the SCIM worker's thread (worker.py; never on the service's
+event loop),
 and every change logged (what, which resource, from where; never the token).
 
 Added by create_app only with `[scim] enabled = true` (with app[TOKEN] set, and app[STATE] once the engine is up).
@@ -17,14 +18,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import hmac
-import inspect
 import logging
 import math
-import threading
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import orjson
 from aiohttp import hdrs, web
@@ -73,9 +72,9 @@ from es_provider.engine.client import Engine
 from es_provider.scim import bounds as scim_bounds
 from es_provider.scim import patch as scim_patch
 from es_provider.scim.storage import DirectoryStorage, Raced
+from es_provider.scim.worker import EngineBridge, worker
 
 log = logging.getLogger("es_provider.scim")
-T = TypeVar("T")
 
 PREFIX = "/scim/v2"
 TOKEN = web.AppKey("scim_token", bytes)
@@ -235,56 +234,6 @@ class Handler(AsyncScimHandler):
 # SCIM requests admitted at once (the others wait, holding no request slot): their CPU work takes turns on the
 # one worker thread anyway, and so SCIM never holds more than this many of the platforms' active_requests turns.
 ACTIVE = 2
-
-
-class Worker:
-    """One thread with its own event loop, where every SCIM request is handled: scim2-server's PATCH application,
-    filter parsing and matching and pydantic validation of big resources are synchronous CPU work, which on the
-    service's event loop would hold every platform answer (and /healthz) until it ends. In this thread the
-    interpreter switches back to the service's loop every few milliseconds (sys.getswitchinterval), and SCIM
-    requests queue behind each other here, not in front of the platforms."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="es-provider-scim", daemon=True)
-        self._thread.start()
-
-    async def run(self, work: Coroutine[Any, Any, T]) -> T:
-        """`work`'s outcome, run on the worker's loop (cancelled there when the caller is cancelled)."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self.loop))
-
-
-@functools.cache
-def worker() -> Worker:
-    return Worker()
-
-
-class EngineBridge:
-    """The engine, as the SCIM worker's loop calls it: each coroutine runs on the service's own loop (whose
-    aiohttp session it belongs to), its outcome carried back; `scan` is read whole there, then iterated."""
-
-    def __init__(self, engine: Engine, home: asyncio.AbstractEventLoop) -> None:
-        self._engine = engine
-        self._home = home
-
-    async def _at_home(self, work: Coroutine[Any, Any, T]) -> T:
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self._home))
-
-    async def scan(self, index: str, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
-        async def read() -> list[dict[str, Any]]:
-            return [hit async for hit in self._engine.scan(index, **kwargs)]
-        for hit in await self._at_home(read()):
-            yield hit
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._engine, name)
-        if not inspect.iscoroutinefunction(attribute):
-            return attribute
-
-        @functools.wraps(attribute)
-        async def bridged(*args: Any, **kwargs: Any) -> Any:
-            return await self._at_home(attribute(*args, **kwargs))
-        return bridged
 
 
 class State:

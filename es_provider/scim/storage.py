@@ -1,60 +1,32 @@
 """Where the SCIM service keeps what the identity provider sends: scim2-server's AsyncScimStorage over the principal
-store (directory.py's documents, in the one engine index every worker and instance shares), through the Engine's
-documents-by-id calls only.
-
-- One document per resource (`user:<id>`, `group:<id>`, ids uuid4 hex), its whole SCIM JSON under `resource`
-  (never a password: none is kept). `meta.version` is the resource's own write counter, `W/"<n>"`, kept in that
-  JSON; every write is conditional on the `_seq_no`/`_primary_term` it read, so the engine, not this process,
-  decides between two writers that read the same version: the second gets `Raced` (a 412), which the SCIM handler
-  (scim.py) answers by reading the resource again and re-applying the request.
-- Uniqueness (what scim2-models declares unique: a user's userName, compared as it compares, case-insensitively)
-  holds across processes through claim documents, `unique:<attribute urn>:<compared value>` owned by the
-  resource's id, created create-only before the resource is written and released once it gave the value up. A
-  claim whose owner does not hold the value and that is older than ORPHAN_CLAIM_S (its writer died between the
-  claim and the write) is taken over.
-- Fail closed: a deleted user, or a user whose subject (userName, or externalId when so configured) changed,
-  leaves a tombstone under the old subject, written before the user is deleted or renamed; a deleted user leaves
-  every group that listed it.
-- After every change, and last, `principals.announce_change` (also when a later step of a written change failed),
-  so every process forgets what it cached.
-- Search: scim2-models evaluates the filter (ScimFilter.match) over candidates from the engine; an `eq` on id,
-  userName, the subject attribute or a group's displayName is narrowed in the engine (an identity provider's
-  `userName eq "…"` reads one claim and one user), anything else reads every document of the resource type.
-  Sorted with SearchRequest.sort, ties (and unsorted searches) in id order; paged by startIndex/count.
-"""
+store (identity/directory.py's documents, in the one engine index every worker and instance shares), one document
+per resource, through the Engine's documents-by-id calls only. Every write is conditional on the
+`_seq_no`/`_primary_term` it read (a lost race is `Raced`); a deleted user, or one whose subject changed, leaves a
+tombstone under the old subject first, a deleted user leaves its groups, and every change ends with
+`principals.announce_change`. Unique values are held through claims (claims.py); a search reads the candidates
+narrowing.py names (else every document of the type) in id order, then scim2-models filters, sorts and pages them."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
-import hashlib
 import re
-import time
-import unicodedata
 import uuid
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Union, cast
 
-import orjson
 from scim2_models import (
     InvalidValueException,
     Meta,
     NotFoundException,
-    Path,
     PreconditionFailedException,
     Resource,
     ResourceType,
     ResponseParameters,
     ScimFilter,
-    ScimPolicy,
     ScimProvider,
     SearchRequest,
-    Uniqueness,
-    UniquenessException,
 )
-from scim2_models.path import CompareOperator, Comparison
 from scim2_server.storage import AsyncScimStorage, SearchPage
 from scim2_server.utils import parametrize
 
@@ -64,20 +36,18 @@ from es_provider.engine.client import Engine, VersionConflict
 from es_provider.identity import directory, principals
 from es_provider.identity.directory import Kind, SubjectAttribute
 from es_provider.scim import bounds as scim_bounds
+from es_provider.scim.claims import MAX_ID_BYTES, Claims, claim_id, unique_values
+from es_provider.scim.narrowing import Narrowed, narrowing
 
-USER_SCHEMA = "urn:ietf:params:scim:schemas:core:2.0:User"
-GROUP_SCHEMA = "urn:ietf:params:scim:schemas:core:2.0:Group"
 KINDS: dict[str, Kind] = {"User": "User", "Group": "Group"}  # resource type name → document kind
-MAX_ID_BYTES = 512  # the engine's limit on a document id
 MAX_RESOURCE_ID = 128  # longer ids in a URL name no resource (ours are 32 hex digits)
-ORPHAN_CLAIM_S = 120.0  # longer than any request lives: a claim this old whose owner lacks the value is abandoned
 VALIDATE_BATCH = 64  # resources validated (or matched) between two yields to the event loop (~20 ms)
 _VERSION = re.compile(r'W/"([0-9]{1,18})"')
 
 
 class Raced(PreconditionFailedException):
     """The resource changed between the read and the conditional write (another writer won): a 412 for a caller
-    that expected a version, which scim.py's handler answers by reading again and re-applying the request."""
+    that expected a version, which service.py's Handler answers by reading again and re-applying the request."""
 
 
 # --- pure ---
@@ -91,94 +61,6 @@ def counter_of(version: str | None) -> int:
     """The write counter of a version this storage issued (0 for anything else)."""
     found = _VERSION.fullmatch(version or "")
     return int(found[1]) if found else 0
-
-
-HASHED = "sha256:"  # what a claim id names a digest by
-
-
-def claim_id(urn: str, value: str) -> str:
-    """The claim document of a unique value: `unique:<urn>:<value>`, or `unique:<urn>:sha256:<its SHA-256>` when
-    that would pass the engine's id limit, or when the value itself starts with `sha256:` (so no value's plain form
-    is another's digest form: `sha256:<hex of X>` and a long X are two claims)."""
-    ident = directory.doc_id("Unique", f"{urn}:{value}")
-    if len(ident.encode("utf-8")) <= MAX_ID_BYTES and not value.lower().startswith(HASHED):
-        return ident
-    return directory.doc_id("Unique", f"{urn}:{HASHED}{hashlib.sha256(value.encode('utf-8')).hexdigest()}")
-
-
-def _comparable(value: Any) -> str:
-    return value if isinstance(value, str) else orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-
-
-def unique_values(resource: Resource[Any], policy: ScimPolicy | None = None) -> dict[str, str]:
-    """The values of `resource` that must be unique (uniqueness server or global, as scim2-models declares them),
-    by attribute URN, in the form scim2-models compares them (a userName in lowercase, NFC). A missing value, or
-    one the policy cannot compare, is held by nobody (as scim2-server's InMemoryStorage does)."""
-    model = type(resource)
-    values: dict[str, str] = {}
-    for path in parametrize(Path, model).iter_paths(include_subattributes=False,
-                                                     uniqueness=[Uniqueness.server, Uniqueness.global_]):
-        binding = path.resolve()
-        if binding is None:
-            continue
-        value = parametrize(Path, model)(binding.urn).get(resource, strict=False)
-        try:
-            comparable = binding.comparable(value, policy)
-        except ValueError:
-            continue
-        if comparable is not None:
-            values[binding.urn] = _comparable(comparable)
-    return values
-
-
-def _unique_urns(model: type[Resource[Any]]) -> set[str]:
-    paths = parametrize(Path, model).iter_paths(include_subattributes=False,
-                                                 uniqueness=[Uniqueness.server, Uniqueness.global_])
-    return {binding.urn for path in paths if (binding := path.resolve()) is not None}
-
-
-@dataclass(frozen=True)
-class Narrowed:
-    """Where the candidates of a search are, in place of every document of the resource type: the documents under
-    `ids`; the owner of the claim `claim`; or the hits of `query`."""
-
-    ids: tuple[str, ...] = ()
-    claim: str | None = None
-    query: dict[str, Any] | None = None
-
-
-def narrowing(scim_filter: ScimFilter[Any] | None, kind: Kind, subject_attribute: SubjectAttribute,
-              policy: ScimPolicy | None = None) -> Narrowed | None:
-    """Pure: for a filter that is one `eq` of a string on an attribute the store finds by (the id; a unique value,
-    through its claim; the subject attribute; a group's displayName), where its candidates are. None: read every
-    document of the kind. The filter is still evaluated on the candidates, so a narrowing may find more, never
-    fewer."""
-    if scim_filter is None or scim_filter.model is None:
-        return None
-    node = scim_filter.ast
-    if not isinstance(node, Comparison) or node.op != CompareOperator.eq or not isinstance(node.value, str):
-        return None
-    binding = scim_filter.resolve_comparison(node.attr_path, strict=False)
-    if binding is None or binding.is_multivalued or binding.sub_field_name is not None:
-        return None
-    if binding.target_type is not str:
-        return None
-    schema = USER_SCHEMA if kind == "User" else GROUP_SCHEMA
-    try:
-        compared = binding.comparable(node.value, policy)
-    except ValueError:
-        return Narrowed()  # a value the policy cannot compare equals nothing
-    if binding.urn == f"{schema}:id":
-        return Narrowed(ids=(directory.doc_id(kind, node.value),))
-    if binding.urn in _unique_urns(cast(type[Resource[Any]], scim_filter.model)):
-        return Narrowed(claim=claim_id(binding.urn, _comparable(compared)))
-    if kind == "User" and binding.urn == f"{USER_SCHEMA}:{subject_attribute}":
-        forms = sorted({node.value, unicodedata.normalize("NFC", node.value)})
-        return Narrowed(query={"bool": {"filter": [{"term": {"kind": "User"}}, {"terms": {"subject": forms}}]}})
-    if kind == "Group" and binding.urn == f"{GROUP_SCHEMA}:displayName":
-        # caseExact (scim.schemas): the exact name, as an ACL group matches it
-        return Narrowed(query={"bool": {"filter": [{"term": {"kind": "Group"}}, {"term": {"name": node.value}}]}})
-    return None
 
 
 def grown(resource: Resource[Any], before: Resource[Any] | None) -> None:
@@ -214,6 +96,7 @@ class DirectoryStorage(AsyncScimStorage):
         self.subject_attribute = subject_attribute
         self._types = {resource_type.name: resource_type for resource_type in provider.resource_types}
         self._index_seen = False
+        self._claims = Claims(engine, index, KINDS.values(), self._stored_resource, provider.policy)
 
     # --- reading ---
 
@@ -290,6 +173,11 @@ class DirectoryStorage(AsyncScimStorage):
     def _resource(self, resource_type: ResourceType, source: dict[str, Any]) -> Resource[Any]:
         return self._model(resource_type).model_validate(source["resource"])
 
+    def _stored_resource(self, source: dict[str, Any]) -> Resource[Any] | None:
+        """The resource of a stored document (None for a document of no resource type: a claim, a tombstone)."""
+        resource_type = self._types.get(str(source.get("kind")))
+        return None if resource_type is None else self._resource(resource_type, source)
+
     def _model(self, resource_type: ResourceType) -> type[Resource[Any]]:
         return cast(type[Resource[Any]], self.provider.model_for(resource_type))
 
@@ -309,12 +197,12 @@ class DirectoryStorage(AsyncScimStorage):
         created.meta = Meta(resource_type=resource_type.name, created=now, last_modified=now, version=version_of(1))
         grown(created, None)
         document = self._document(kind, created)
-        made = await self._claim(unique_values(created, self.provider.policy), created.id)
+        made = await self._claims.claim(unique_values(created, self.provider.policy), created.id)
         try:
             await self.engine.put_document(self.index, directory.doc_id(kind, created.id), document, create=True,
                                            index_body=directory.INDEX_BODY)
         except Exception:
-            await self._release(made, created.id)
+            await self._claims.release(made, created.id)
             raise
         await principals.announce_change(self.engine, self.index)
         return self._resource(resource_type, document)
@@ -350,7 +238,7 @@ class DirectoryStorage(AsyncScimStorage):
             document["active"] = stored.source.get("active") is True
         old_values, new_values = unique_values(stored.resource, policy), unique_values(updated, policy)
         owner = cast(str, updated.id)
-        made = await self._claim({urn: v for urn, v in new_values.items() if old_values.get(urn) != v}, owner)
+        made = await self._claims.claim({urn: v for urn, v in new_values.items() if old_values.get(urn) != v}, owner)
         try:
             old_subject = stored.source.get("subject") if kind == "User" else None
             if old_subject and old_subject != document.get("subject"):
@@ -358,14 +246,14 @@ class DirectoryStorage(AsyncScimStorage):
             await self.engine.put_document(self.index, directory.doc_id(kind, owner), document,
                                            if_seq_no=stored.seq_no, if_primary_term=stored.primary_term)
         except VersionConflict:
-            await self._release(made, owner)
+            await self._claims.release(made, owner)
             raise Raced from None
         except Exception:
-            await self._release(made, owner)
+            await self._claims.release(made, owner)
             raise
         try:
-            await self._release([claim_id(urn, v) for urn, v in old_values.items() if new_values.get(urn) != v],
-                                owner)
+            await self._claims.release([claim_id(urn, v) for urn, v in old_values.items() if new_values.get(urn) != v],
+                                       owner)
         finally:
             await principals.announce_change(self.engine, self.index)
         return self._resource(resource_type, document)
@@ -398,7 +286,7 @@ class DirectoryStorage(AsyncScimStorage):
             raise NotFoundException(detail=f"{resource_type.name} not found")
         try:
             values = unique_values(stored.resource, self.provider.policy)
-            await self._release([claim_id(urn, v) for urn, v in values.items()], resource_id)
+            await self._claims.release([claim_id(urn, v) for urn, v in values.items()], resource_id)
             if kind == "User":
                 await self._leave_groups(resource_id)
         finally:
@@ -454,74 +342,3 @@ class DirectoryStorage(AsyncScimStorage):
             "last_modified": _utcnow(), "version": version_of(counter_of(group.meta.version) + 1)})
         await self.engine.put_document(self.index, hit["_id"], self._document("Group", group),
                                        if_seq_no=hit["_seq_no"], if_primary_term=hit["_primary_term"])
-
-    # --- unique values ---
-
-    async def _claim(self, values: Mapping[str, str], owner: str) -> list[str]:
-        """Claims each value for `owner` (UniquenessException when another resource holds one); the claims this
-        call made, to release if the write they guard fails."""
-        made: list[str] = []
-        try:
-            for urn, value in values.items():
-                outcome = await self._take(urn, value, owner)
-                if outcome is None:
-                    raise UniquenessException(detail=f"{urn.rpartition(':')[2]} is already taken")
-                if outcome:
-                    made.append(claim_id(urn, value))
-        except Exception:
-            await self._release(made, owner)
-            raise
-        return made
-
-    async def _take(self, urn: str, value: str, owner: str) -> bool | None:
-        """True: claimed now; False: `owner` held it already; None: another resource holds it."""
-        ident = claim_id(urn, value)
-        document = {"kind": "Unique", "owner": owner, "resource": {"claimed_at": time.time()}}
-        for _ in range(2):
-            try:
-                await self.engine.put_document(self.index, ident, document, create=True,
-                                               index_body=directory.INDEX_BODY)
-                return True
-            except VersionConflict:
-                pass
-            found = await self.engine.get_documents(self.index, [ident])
-            if not found:
-                continue  # released meanwhile
-            claim = found[0]
-            if claim["_source"].get("owner") == owner:
-                return False
-            if not await self._abandoned(claim["_source"], urn, value):
-                return None
-            try:
-                await self.engine.put_document(self.index, ident, document, if_seq_no=claim["_seq_no"],
-                                               if_primary_term=claim["_primary_term"])
-                return True
-            except VersionConflict:
-                return None
-        return None
-
-    async def _abandoned(self, claim: dict[str, Any], urn: str, value: str) -> bool:
-        """A claim its owner does not hold the value of, older than any request lives."""
-        claimed_at = (claim.get("resource") or {}).get("claimed_at")
-        if not isinstance(claimed_at, int | float) or time.time() - claimed_at < ORPHAN_CLAIM_S:
-            return False
-        owner = str(claim.get("owner"))
-        for doc in await self.engine.get_documents(self.index, [directory.doc_id(k, owner) for k in KINDS.values()]):
-            resource_type = self._types.get(str(doc["_source"].get("kind")))
-            if resource_type is not None:
-                held = unique_values(self._resource(resource_type, doc["_source"]), self.provider.policy)
-                if held.get(urn) == value:
-                    return False
-        return True
-
-    async def _release(self, idents: Iterable[str], owner: str) -> None:
-        """Deletes the claims `owner` still holds among `idents` (one taken over meanwhile is left alone)."""
-        wanted = list(dict.fromkeys(idents))
-        if not wanted:
-            return
-        for claim in await self.engine.get_documents(self.index, wanted):
-            if claim["_source"].get("owner") != owner:
-                continue
-            with contextlib.suppress(VersionConflict):  # taken over meanwhile
-                await self.engine.delete_document(self.index, claim["_id"], if_seq_no=claim["_seq_no"],
-                                                  if_primary_term=claim["_primary_term"])

@@ -9,7 +9,7 @@ from es_provider.core import raced
 
 
 class Lost(Exception):
-    """Stands for a lost race (scim_storage.Raced, the engine's VersionConflict)."""
+    """Stands for a lost race (scim.storage.Raced, the engine's VersionConflict)."""
 
 
 class Other(Exception):

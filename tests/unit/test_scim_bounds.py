@@ -129,10 +129,10 @@ async def test_scim_runs_on_its_worker_and_the_engine_on_the_service_s_loop() ->
     import asyncio
     import threading
 
-    from es_provider.scim import service as scim
+    from es_provider.scim import worker as scim_worker
 
     engine = FakeEngine()
-    bridge: Any = scim.EngineBridge(engine, asyncio.get_running_loop())  # type: ignore[arg-type]
+    bridge: Any = scim_worker.EngineBridge(engine, asyncio.get_running_loop())  # type: ignore[arg-type]
 
     async def handled() -> tuple[int, list[str], list[dict[str, Any]], str]:
         found = await bridge.get_documents("i", ["a", "b"])
@@ -148,8 +148,8 @@ async def test_scim_runs_on_its_worker_and_the_engine_on_the_service_s_loop() ->
             await asyncio.sleep(0.001)
 
     ticker = asyncio.ensure_future(ticking())
-    worker_thread, found, scanned, index = await scim.worker().run(handled())
-    busy = scim.worker().run(_spin(0.3))
+    worker_thread, found, scanned, index = await scim_worker.worker().run(handled())
+    busy = scim_worker.worker().run(_spin(0.3))
     before = ticks
     await busy
     ticker.cancel()

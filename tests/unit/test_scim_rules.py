@@ -1,6 +1,6 @@
-"""The SCIM service's pure parts (scim.py, scim_storage.py): versions, unique-value claims, which filters the store
-narrows and to what, the credential check, how a request reaches scim2-server, SCIM error bodies, and what the
-service announces. Table-driven; no engine."""
+"""The SCIM service's pure parts (scim/service.py, storage.py, claims.py, narrowing.py): versions, unique-value
+claims, which filters the store narrows and to what, the credential check, how a request reaches scim2-server, SCIM
+error bodies, and what the service announces. Table-driven; no engine."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from scim2_server.utils import parametrize
 
 from es_provider.core.errors import ErrorCode, KnowledgeError, protocol_error, unauthenticated
 from es_provider.scim import service as scim
+from es_provider.scim.claims import MAX_ID_BYTES, claim_id, unique_values
+from es_provider.scim.narrowing import Narrowed, narrowing
 from es_provider.scim.patch import normalised
-from es_provider.scim.storage import MAX_ID_BYTES, Narrowed, claim_id, counter_of, narrowing, unique_values, version_of
+from es_provider.scim.storage import counter_of, version_of
 
 USER = "urn:ietf:params:scim:schemas:core:2.0:User"
 USER_NAME = f"{USER}:userName"

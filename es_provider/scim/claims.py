@@ -1,0 +1,156 @@
+"""Uniqueness across processes for the SCIM storage: what scim2-models declares unique (a user's userName, compared
+as it compares, case-insensitively) is held through claim documents, `unique:<attribute urn>:<compared value>`
+owned by the resource's id, created create-only before the resource is written and released once it gave the value
+up. Apart from storage.py's reads and writes so the claim protocol (naming, taking, taking over, releasing) reads as
+one piece."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import orjson
+from scim2_models import Path, Resource, ScimPolicy, Uniqueness, UniquenessException
+from scim2_server.utils import parametrize
+
+from es_provider.engine.client import Engine, VersionConflict
+from es_provider.identity import directory
+from es_provider.identity.directory import Kind
+
+MAX_ID_BYTES = 512  # the engine's limit on a document id
+ORPHAN_CLAIM_S = 120.0  # longer than any request lives: a claim this old whose owner lacks the value is abandoned
+HASHED = "sha256:"  # what a claim id names a digest by
+
+
+# --- pure ---
+
+
+def claim_id(urn: str, value: str) -> str:
+    """The claim document of a unique value: `unique:<urn>:<value>`, or `unique:<urn>:sha256:<its SHA-256>` when
+    that would pass the engine's id limit, or when the value itself starts with `sha256:` (so no value's plain form
+    is another's digest form: `sha256:<hex of X>` and a long X are two claims)."""
+    ident = directory.doc_id("Unique", f"{urn}:{value}")
+    if len(ident.encode("utf-8")) <= MAX_ID_BYTES and not value.lower().startswith(HASHED):
+        return ident
+    return directory.doc_id("Unique", f"{urn}:{HASHED}{hashlib.sha256(value.encode('utf-8')).hexdigest()}")
+
+
+def compared_text(value: Any) -> str:
+    """A compared value as its claim names it: a string as it is, anything else as canonical JSON."""
+    return value if isinstance(value, str) else orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def unique_values(resource: Resource[Any], policy: ScimPolicy | None = None) -> dict[str, str]:
+    """The values of `resource` that must be unique (uniqueness server or global, as scim2-models declares them),
+    by attribute URN, in the form scim2-models compares them (a userName in lowercase, NFC). A missing value, or
+    one the policy cannot compare, is held by nobody (as scim2-server's InMemoryStorage does)."""
+    model = type(resource)
+    values: dict[str, str] = {}
+    for path in parametrize(Path, model).iter_paths(include_subattributes=False,
+                                                     uniqueness=[Uniqueness.server, Uniqueness.global_]):
+        binding = path.resolve()
+        if binding is None:
+            continue
+        value = parametrize(Path, model)(binding.urn).get(resource, strict=False)
+        try:
+            comparable = binding.comparable(value, policy)
+        except ValueError:
+            continue
+        if comparable is not None:
+            values[binding.urn] = compared_text(comparable)
+    return values
+
+
+def unique_urns(model: type[Resource[Any]]) -> set[str]:
+    paths = parametrize(Path, model).iter_paths(include_subattributes=False,
+                                                 uniqueness=[Uniqueness.server, Uniqueness.global_])
+    return {binding.urn for path in paths if (binding := path.resolve()) is not None}
+
+
+# --- in the engine ---
+
+
+class Claims:
+    """The claims in the principal store `index`. An owner is looked for under each of `kinds`; `resource_of`
+    validates a stored document's resource (None for a document no resource type holds)."""
+
+    def __init__(self, engine: Engine, index: str, kinds: Iterable[Kind],
+                 resource_of: Callable[[dict[str, Any]], Resource[Any] | None], policy: ScimPolicy | None) -> None:
+        self.engine = engine
+        self.index = index
+        self._kinds = tuple(kinds)
+        self._resource_of = resource_of
+        self._policy = policy
+
+    async def claim(self, values: Mapping[str, str], owner: str) -> list[str]:
+        """Claims each value for `owner` (UniquenessException when another resource holds one); the claims this
+        call made, to release if the write they guard fails."""
+        made: list[str] = []
+        try:
+            for urn, value in values.items():
+                outcome = await self._take(urn, value, owner)
+                if outcome is None:
+                    raise UniquenessException(detail=f"{urn.rpartition(':')[2]} is already taken")
+                if outcome:
+                    made.append(claim_id(urn, value))
+        except Exception:
+            await self.release(made, owner)
+            raise
+        return made
+
+    async def _take(self, urn: str, value: str, owner: str) -> bool | None:
+        """True: claimed now; False: `owner` held it already; None: another resource holds it."""
+        ident = claim_id(urn, value)
+        document = {"kind": "Unique", "owner": owner, "resource": {"claimed_at": time.time()}}
+        for _ in range(2):
+            try:
+                await self.engine.put_document(self.index, ident, document, create=True,
+                                               index_body=directory.INDEX_BODY)
+                return True
+            except VersionConflict:
+                pass
+            found = await self.engine.get_documents(self.index, [ident])
+            if not found:
+                continue  # released meanwhile
+            claim = found[0]
+            if claim["_source"].get("owner") == owner:
+                return False
+            if not await self._abandoned(claim["_source"], urn, value):
+                return None
+            try:
+                await self.engine.put_document(self.index, ident, document, if_seq_no=claim["_seq_no"],
+                                               if_primary_term=claim["_primary_term"])
+                return True
+            except VersionConflict:
+                return None
+        return None
+
+    async def _abandoned(self, claim: dict[str, Any], urn: str, value: str) -> bool:
+        """A claim its owner does not hold the value of, older than any request lives (its writer died between
+        the claim and the write): taken over."""
+        claimed_at = (claim.get("resource") or {}).get("claimed_at")
+        if not isinstance(claimed_at, int | float) or time.time() - claimed_at < ORPHAN_CLAIM_S:
+            return False
+        owner = str(claim.get("owner"))
+        for doc in await self.engine.get_documents(self.index, [directory.doc_id(k, owner) for k in self._kinds]):
+            resource = self._resource_of(doc["_source"])
+            if resource is not None:
+                held = unique_values(resource, self._policy)
+                if held.get(urn) == value:
+                    return False
+        return True
+
+    async def release(self, idents: Iterable[str], owner: str) -> None:
+        """Deletes the claims `owner` still holds among `idents` (one taken over meanwhile is left alone)."""
+        wanted = list(dict.fromkeys(idents))
+        if not wanted:
+            return
+        for claim in await self.engine.get_documents(self.index, wanted):
+            if claim["_source"].get("owner") != owner:
+                continue
+            with contextlib.suppress(VersionConflict):  # taken over meanwhile
+                await self.engine.delete_document(self.index, claim["_id"], if_seq_no=claim["_seq_no"],
+                                                  if_primary_term=claim["_primary_term"])

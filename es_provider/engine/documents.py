@@ -12,7 +12,7 @@ from opensearchpy.exceptions import NotFoundError, TransportError
 
 from es_provider.core.deadline import Budget
 from es_provider.core.errors import ErrorCode, KnowledgeError
-from es_provider.engine.errors import VersionConflict, _check_search, _index_missing
+from es_provider.engine.errors import _check_conflict, _check_search, _index_missing
 from es_provider.engine.indices import IndexAdmin
 
 
@@ -99,8 +99,7 @@ class Documents(IndexAdmin):
                         index=index, id=doc_id, body=document, params=params, request_timeout=left)
                     return answer
                 except TransportError as exc:
-                    if exc.status_code == 409:
-                        raise VersionConflict(f"{doc_id} changed or exists") from None
+                    _check_conflict(exc, f"{doc_id} changed or exists")
                     if exc.status_code != 404 or index_body is None or attempt:
                         raise
                     await self._make_index(index, index_body, left)
@@ -121,8 +120,7 @@ class Documents(IndexAdmin):
             except NotFoundError:
                 return False
             except TransportError as exc:
-                if exc.status_code == 409:
-                    raise VersionConflict(f"{doc_id} changed") from None
+                _check_conflict(exc, f"{doc_id} changed")
                 raise
 
         return await self._call(None, run, retry=False)

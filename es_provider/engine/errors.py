@@ -1,7 +1,8 @@
 """The one place where the engine's failures become domain errors: `map_error` and the `engine_errors()` boundary
 every engine call, scans and bulk streams included, runs inside, so nothing opensearch-py raises leaves the engine
 package as anything but a KnowledgeError; the checks that refuse a partial answer (`_check_search`,
-`_check_by_query`) and the engine's own errors. Separate so that every module of the engine maps errors the same way.
+`_check_by_query`), a conditional write's conflict (`_check_conflict`) and the engine's own errors. Separate so that
+every module of the engine maps errors the same way, and none of them makes a KnowledgeError of a client's error.
 """
 
 from __future__ import annotations
@@ -70,6 +71,12 @@ def _check_by_query(response: dict[str, Any]) -> None:
         raise WriteBlocked(f"{len(failures)} write(s) refused: index write-blocked")
     if failures:
         raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{len(failures)} write(s) failed: {failures[0]}")
+
+
+def _check_conflict(exc: TransportError, detail: str) -> None:
+    """A conditional write's 409 (the document changed, or a create found it present) raises VersionConflict."""
+    if exc.status_code == 409:
+        raise VersionConflict(detail) from None
 
 
 def _index_missing(exc: TransportError) -> bool:

@@ -28,7 +28,7 @@ from aiohttp import ClientSession, ClientTimeout, TCPConnector
 async def run_direct(spec: dict[str, Any]) -> tuple[list[float], int, float]:
     from opensearchpy import AsyncOpenSearch
 
-    from es_provider.engine.client import OrjsonSerializer
+    from es_provider.engine.transport import OrjsonSerializer
 
     client = AsyncOpenSearch(hosts=[spec["target"]], serializer=OrjsonSerializer(), maxsize=spec["concurrency"] + 4)
     bodies = spec["bodies"]

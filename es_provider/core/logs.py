@@ -98,7 +98,7 @@ def configure(fmt: str = "json", level: int = logging.INFO) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # opensearch-py logs every request at INFO and every failure with a traceback at WARNING; engine.py turns
+    # opensearch-py logs every request at INFO and every failure with a traceback at WARNING; engine/errors.py turns
     # failures into one domain error with the detail, so only its errors are kept.
     logging.getLogger("opensearch").setLevel(logging.ERROR)
     logging.getLogger("aiohttp.server").addFilter(ClientFaultFilter())

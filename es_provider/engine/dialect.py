@@ -1,5 +1,6 @@
 """Pure: what differs between OpenSearch and Elasticsearch, as translations of the bodies the rest of the service
-writes in OpenSearch's words. Only engine.py uses this module, so nothing else learns which engine answers.
+writes in OpenSearch's words. Only the Engine (base, indices, reads) uses this module, so nothing else learns which
+engine answers.
 
 - Which engine: `GET /` — OpenSearch says `version.distribution: "opensearch"`, Elasticsearch does not.
 - Vectors: OpenSearch's `knn_vector` field and `index.knn` setting → Elasticsearch's `dense_vector` (indexed, cosine

@@ -11,7 +11,8 @@ from typing import Any
 from es_provider.config.knowledge import KnowledgeBase
 from es_provider.config.settings import Settings
 from es_provider.core.naming import index_name, index_pattern, version_of
-from es_provider.engine.client import Engine, wait_out_block
+from es_provider.engine.client import Engine
+from es_provider.engine.write_block import wait_out_block
 from es_provider.ingest.writer import EMBED_BATCH, add_vectors
 from es_provider.search.embedders import Embedder
 from es_provider.search.query import LANGUAGE_FIELDS, VECTOR_FIELD
@@ -144,7 +145,7 @@ if (acl.public == null) { acl.public = false; }
 
 def changed_acl(acl: object, *, grant: bool, subjects: list[str], groups: list[str],
                 public: bool | None) -> dict[str, Any]:
-    """Pure: _ACL_SCRIPT in Python, for engines without scripted by-query updates (engine.py's core-API path).
+    """Pure: _ACL_SCRIPT in Python, for engines without scripted by-query updates (engine/by_query.py's core-API path).
     The integration tests run both on one index and compare."""
     out: dict[str, Any] = dict(acl) if isinstance(acl, dict) else {}
     for name, values in (("subjects", subjects), ("groups", groups)):

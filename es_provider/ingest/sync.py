@@ -18,7 +18,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from es_provider.engine.client import Engine, wait_out_block
+from es_provider.engine.client import Engine
+from es_provider.engine.write_block import wait_out_block
 from es_provider.ingest.records import RecordError, SourceDocument
 from es_provider.ingest.sources import OptionError
 from es_provider.ingest.writer import LABEL_FIELD, LOOKUP_BATCH, first_occurrences, refusals
@@ -123,7 +124,7 @@ async def remove(engine: Engine, index: str, scope: Scope, document_ids: Sequenc
                  block_wait_s: float) -> int:
     """Deletes the chunks of these documents that are in the scope (never another tenant's or source's with the
     same id); returns the chunks deleted. On Elasticsearch without `_delete_by_query` the engine deletes through
-    a scroll and bulk deletes (engine.py); a reindex's write block is waited out, as for every writer."""
+    a scroll and bulk deletes (engine/by_query.py); a reindex's write block is waited out, as for every writer."""
     deleted = 0
     for start in range(0, len(document_ids), LOOKUP_BATCH):
         query = scope.query(document_ids[start : start + LOOKUP_BATCH])

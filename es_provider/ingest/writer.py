@@ -36,8 +36,9 @@ from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_excepti
 
 from es_provider.config.knowledge import KnowledgeBase
 from es_provider.core.deadline import fixed_budget
-from es_provider.engine.client import Engine, wait_out_block
+from es_provider.engine.client import Engine
 from es_provider.engine.transient import blocked_write, transient_status
+from es_provider.engine.write_block import wait_out_block
 from es_provider.ingest.chunker import DEFAULT_OVERLAP, DEFAULT_SIZE, chunk_id, split_text
 from es_provider.ingest.records import RecordError, SourceDocument
 from es_provider.search.embedders import Embedder, passage_text

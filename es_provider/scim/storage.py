@@ -32,7 +32,8 @@ from scim2_server.utils import parametrize
 
 from es_provider.core import raced
 from es_provider.core.errors import ErrorCode, KnowledgeError
-from es_provider.engine.client import Engine, VersionConflict
+from es_provider.engine.client import Engine
+from es_provider.engine.errors import VersionConflict
 from es_provider.identity import directory, principals
 from es_provider.identity.directory import Kind, SubjectAttribute
 from es_provider.scim import bounds as scim_bounds

@@ -33,7 +33,8 @@ from es_provider.edge.idempotency import IdempotencyCache
 from es_provider.edge.kit import ERROR_CODE, Protocol
 from es_provider.edge.replays import SharedReplays
 from es_provider.edge.service import SERVICES, Services
-from es_provider.engine.client import Engine, UnsupportedEngineError
+from es_provider.engine.client import Engine
+from es_provider.engine.errors import UnsupportedEngineError
 from es_provider.identity.principals import Principals, PrincipalStore
 from es_provider.protocols import agentarts, dify, sparktide
 from es_provider.search import embedders

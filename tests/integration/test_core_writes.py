@@ -1,5 +1,5 @@
-"""The writes an engine without `_update_by_query`/`_delete_by_query`/`_reindex` gets (engine.py's scroll + bulk
-path, as on an Elasticsearch node without the reindex module), run here on OpenSearch next to the by-query path:
+"""The writes an engine without `_update_by_query`/`_delete_by_query`/`_reindex` gets (engine/by_query.py's scroll
++ bulk path, as on an Elasticsearch node without the reindex module), run here on OpenSearch next to the by-query path:
 the same ACL edits give the same chunks, deletes and stale cleanup remove the same chunks, a reindex copies every
 chunk, and a write-blocked index is waited out and then refused loudly, as on the by-query path."""
 

@@ -95,7 +95,7 @@ def test_changed_acl_is_the_painless_script_in_python(acl, edit, expected) -> No
 def test_engine_errors_map_to_the_same_codes(status, kind, code) -> None:
     from opensearchpy.exceptions import TransportError
 
-    from es_provider.engine.client import map_error
+    from es_provider.engine.errors import map_error
 
     assert map_error(TransportError(status, kind, {"error": {"type": kind}})).code.value == code
 
@@ -108,7 +108,7 @@ def test_engine_errors_map_to_the_same_codes(status, kind, code) -> None:
 ])
 def test_a_failed_search_in_an_msearch_answer_is_never_a_partial_answer(response, code) -> None:
     from es_provider.core.errors import KnowledgeError
-    from es_provider.engine.client import _check_search
+    from es_provider.engine.errors import _check_search
 
     with pytest.raises(KnowledgeError) as refused:
         _check_search(response)

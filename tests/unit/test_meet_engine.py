@@ -10,7 +10,7 @@ import pytest
 from es_provider.config.settings import Settings
 from es_provider.core.errors import ErrorCode, KnowledgeError, StartupError
 from es_provider.engine import dialect
-from es_provider.engine.client import UnsupportedEngineError
+from es_provider.engine.errors import UnsupportedEngineError
 from es_provider.web.app import meet_engine
 
 

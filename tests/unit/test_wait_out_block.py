@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from es_provider.core.errors import WriteBlocked
-from es_provider.engine.client import wait_out_block
+from es_provider.engine.write_block import wait_out_block
 
 
 class Aliases:

@@ -1,0 +1,128 @@
+"""What every part of the Engine stands on: its two clients (opensearch-py's and the search door), `_call` and what
+the engine is (its `GET /`, flavor, plugins and modules). Every call runs inside a budget: the client's request
+timeout, an asyncio timeout and the tenacity retries of transient failures (transient.py) all stop when the budget
+is spent; and inside the one error boundary (errors.py). Separate so that the operation mixins (indices, documents,
+bulk, by_query, reads) share one base declaring what they use; client.py composes them into the Engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from opensearchpy import AsyncOpenSearch
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_before_delay, wait_exponential
+
+from es_provider.core.deadline import Budget, fixed_budget
+from es_provider.core.errors import ErrorCode, KnowledgeError
+from es_provider.engine import dialect
+from es_provider.engine.dialect import Flavor
+from es_provider.engine.errors import UnsupportedEngineError, engine_errors
+from es_provider.engine.transient import never_sent, transient
+from es_provider.engine.transport import OrjsonSerializer, SearchDoor
+
+log = logging.getLogger("es_provider.engine")
+T = TypeVar("T")
+
+
+class EngineBase:
+    """What every part of the Engine (client.py) shares: the connections, the one way to call (`_call`) and what it
+    learns of the engine (flavor, plugins, modules)."""
+
+    def __init__(
+        self, url: str, *, timeout_s: float = 30.0, observe: Callable[[str, float, bool], None] | None = None,
+        by_query: bool | None = None,
+    ) -> None:
+        """`by_query`: None asks the engine whether it has `_by_query`/`_reindex`; False forces the core-API path
+        (tests run it on OpenSearch too)."""
+        self.url = url
+        self._timeout_s = timeout_s
+        self._observe = observe
+        # Retries are ours (tenacity, bounded by each request's budget), not the client's.
+        # Several nodes may be given comma-separated: requests go round-robin, and a retry after a connection
+        # failure goes to the next node.
+        hosts = [host.strip() for host in url.split(",") if host.strip()]
+        self._client = AsyncOpenSearch(
+            hosts=hosts, timeout=timeout_s, max_retries=0, retry_on_timeout=False, serializer=OrjsonSerializer()
+        )
+        self._door = SearchDoor(hosts)
+        self._flavor: Flavor | None = None  # which engine answers: learnt from GET / at the first call that cares
+        self._by_query = by_query
+
+    async def flavor(self, budget: Budget | None = None) -> Flavor:
+        """OpenSearch or Elasticsearch, and its version (dialect.py), from the node's `GET /`, once."""
+        if self._flavor is None:
+            root = await self.info(budget)
+            try:
+                self._flavor = dialect.detect(root)
+            except dialect.UnsupportedEngine as exc:
+                raise UnsupportedEngineError(ErrorCode.UNAVAILABLE, detail=str(exc)) from None
+            log.debug("engine: %s", self._flavor)
+        return self._flavor
+
+    async def close(self) -> None:
+        await self._client.close()
+        self._door.close()
+
+    def _default_budget(self) -> Budget:
+        return fixed_budget(int(self._timeout_s * 1000), now_monotonic=time.monotonic())
+
+    async def _call(self, budget: Budget | None, call: Callable[[float], Awaitable[T]], *, retry: bool = True) -> T:
+        budget = budget or self._default_budget()
+        remaining = budget.remaining(time.monotonic())
+        if remaining <= 0:
+            raise KnowledgeError(ErrorCode.TIMED_OUT, detail="budget spent before the engine call")
+        with engine_errors():
+            # The first attempt runs bare (the hot path); tenacity takes over only after a transient failure.
+            # A write that must not run twice (retry=False) is still sent to the next node when no node got it.
+            worth_retrying = transient if retry else never_sent
+            try:
+                async with asyncio.timeout(remaining):
+                    return await call(remaining)
+            except Exception as exc:
+                if not worth_retrying(exc):
+                    raise
+            await asyncio.sleep(min(0.05, max(0.0, budget.remaining(time.monotonic()))))
+            remaining = budget.remaining(time.monotonic())
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception(worth_retrying),
+                stop=stop_after_attempt(2) | stop_before_delay(remaining),
+                wait=wait_exponential(multiplier=0.05, max=0.5),
+                reraise=True,
+            ):
+                with attempt:
+                    left = budget.remaining(time.monotonic())
+                    if left <= 0:
+                        raise TimeoutError
+                    async with asyncio.timeout(left):
+                        return await call(left)
+        raise KnowledgeError(ErrorCode.UNAVAILABLE, detail="retry loop ended without a result")  # pragma: no cover
+
+    async def info(self, budget: Budget | None = None) -> dict[str, Any]:
+        async def run(left: float) -> dict[str, Any]:
+            response: dict[str, Any] = await self._client.info(request_timeout=left)
+            return response
+
+        return await self._call(budget, run)
+
+    async def knn_available(self, budget: Budget | None = None) -> bool:
+        """Whether every node has the k-NN plugin (official image: "opensearch-knn"; local node: KNNPlugin).
+        Elasticsearch 8 and later has kNN search built in (dense_vector)."""
+        if (await self.flavor(budget)).elastic:
+            return True
+        return await self._every_node(
+            "plugins", lambda name: "knn" in name.lower(), budget)
+
+    async def _every_node(self, kind: str, wanted: Callable[[str], bool], budget: Budget | None = None) -> bool:
+        """Whether every node lists a `kind` ("plugins" or "modules") whose name is `wanted`."""
+
+        async def run(left: float) -> bool:
+            response = await self._client.nodes.info(metric="plugins", request_timeout=left)
+            nodes = (response.get("nodes") or {}).values()
+            return bool(nodes) and all(any(wanted(str(item.get("name", ""))) for item in node.get(kind) or [])
+                                       for node in nodes)
+
+        return await self._call(budget, run)

@@ -1,0 +1,100 @@
+"""The one place where the engine's failures become domain errors: `map_error` and the `engine_errors()` boundary
+every engine call, scans and bulk streams included, runs inside, so nothing opensearch-py raises leaves the engine
+package as anything but a KnowledgeError; the checks that refuse a partial answer (`_check_search`,
+`_check_by_query`), a conditional write's conflict (`_check_conflict`) and the engine's own errors. Separate so that
+every module of the engine maps errors the same way, and none of them makes a KnowledgeError of a client's error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from opensearchpy.exceptions import ConnectionError as OSConnectionError
+from opensearchpy.exceptions import ConnectionTimeout, TransportError
+
+from es_provider.core.errors import ErrorCode, KnowledgeError, WriteBlocked
+from es_provider.engine.transient import blocked_write
+
+
+def map_error(exc: BaseException) -> KnowledgeError:
+    """OpenSearch / transport failure → domain error. Details go to the log, never to a caller."""
+    if isinstance(exc, KnowledgeError):
+        return exc
+    if isinstance(exc, TimeoutError | ConnectionTimeout):
+        return KnowledgeError(ErrorCode.TIMED_OUT, detail=f"engine call timed out: {type(exc).__name__}")
+    if isinstance(exc, OSConnectionError):
+        return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"engine unreachable: {exc}")
+    if isinstance(exc, TransportError) and blocked_write(exc.status_code, exc.info):
+        return WriteBlocked(f"engine refused a write: index write-blocked ({exc.status_code})")
+    if isinstance(exc, TransportError):
+        status = exc.status_code if isinstance(exc.status_code, int) else 0
+        if status == 429 or "rejected_execution" in str(exc.error):
+            return KnowledgeError(ErrorCode.RATE_LIMITED, detail=f"engine rejected: {exc}")
+        return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"engine error {status}: {exc}")
+    return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"unexpected engine failure: {exc!r}")
+
+
+@contextmanager
+def engine_errors() -> Iterator[None]:
+    """The error boundary (as httpx maps transport errors once): whatever the client raises inside leaves as the
+    KnowledgeError `map_error` makes of it."""
+    try:
+        yield
+    except KnowledgeError:
+        raise
+    except Exception as exc:
+        raise map_error(exc) from exc
+
+
+def _check_search(response: dict[str, Any]) -> None:
+    """A search response that is not a whole answer raises; a partial answer must never look complete."""
+    error = response.get("error")
+    if error is not None:
+        status = response.get("status")
+        kind = error.get("type") if isinstance(error, dict) else str(error)
+        if status == 429 or "rejected_execution" in str(kind):
+            raise KnowledgeError(ErrorCode.RATE_LIMITED, detail=f"engine rejected a search: {kind}")
+        raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"engine search error {status}: {kind}")
+    if response.get("timed_out"):
+        raise KnowledgeError(ErrorCode.TIMED_OUT, detail="OpenSearch reported timed_out")
+    shards = response.get("_shards") or {}
+    if shards.get("failed"):
+        raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{shards.get('failed')} shard(s) failed")
+
+
+def _check_by_query(response: dict[str, Any]) -> None:
+    """A by-query write that left failures behind did not happen in full: never report it as done."""
+    failures = response.get("failures") or []
+    if any(blocked_write(f.get("status"), f.get("cause")) for f in failures):
+        raise WriteBlocked(f"{len(failures)} write(s) refused: index write-blocked")
+    if failures:
+        raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{len(failures)} write(s) failed: {failures[0]}")
+
+
+def _check_conflict(exc: TransportError, detail: str) -> None:
+    """A conditional write's 409 (the document changed, or a create found it present) raises VersionConflict."""
+    if exc.status_code == 409:
+        raise VersionConflict(detail) from None
+
+
+def _index_missing(exc: TransportError) -> bool:
+    """The engine's own "no such index", not any 404 (a proxy's, or a wrong path's): only that means "holds none"."""
+    return exc.status_code == 404 and exc.error == "index_not_found_exception"
+
+
+class VersionConflict(KnowledgeError):
+    """A conditional write (if_seq_no/if_primary_term, or a create) found the document changed or present."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(ErrorCode.UNAVAILABLE, status=409, detail=detail)
+
+
+class AliasMoved(KnowledgeError):
+    """A reindex swapped the alias while a write through it ran: the write may have changed the retired index."""
+
+
+class UnsupportedEngineError(KnowledgeError):
+    """The node answered, but is an engine this service cannot serve from (e.g. Elasticsearch 7)."""
+

@@ -1,76 +1,25 @@
 """Uniqueness across processes for the SCIM storage: what scim2-models declares unique (a user's userName, compared
 as it compares, case-insensitively) is held through claim documents, `unique:<attribute urn>:<compared value>`
 owned by the resource's id, created create-only before the resource is written and released once it gave the value
-up. Apart from storage.py's reads and writes so the claim protocol (naming, taking, taking over, releasing) reads as
-one piece."""
+up (unique.py names them). Apart from storage.py's reads and writes so the claim protocol (taking, taking over,
+releasing) reads as one piece."""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import orjson
-from scim2_models import Path, Resource, ScimPolicy, Uniqueness, UniquenessException
-from scim2_server.utils import parametrize
+from scim2_models import Resource, ScimPolicy, UniquenessException
 
-from es_provider.engine.client import Engine, VersionConflict
+from es_provider.engine.client import Engine
+from es_provider.engine.errors import VersionConflict
 from es_provider.identity import directory
 from es_provider.identity.directory import Kind
+from es_provider.scim.unique import claim_id, unique_values
 
-MAX_ID_BYTES = 512  # the engine's limit on a document id
 ORPHAN_CLAIM_S = 120.0  # longer than any request lives: a claim this old whose owner lacks the value is abandoned
-HASHED = "sha256:"  # what a claim id names a digest by
-
-
-# --- pure ---
-
-
-def claim_id(urn: str, value: str) -> str:
-    """The claim document of a unique value: `unique:<urn>:<value>`, or `unique:<urn>:sha256:<its SHA-256>` when
-    that would pass the engine's id limit, or when the value itself starts with `sha256:` (so no value's plain form
-    is another's digest form: `sha256:<hex of X>` and a long X are two claims)."""
-    ident = directory.doc_id("Unique", f"{urn}:{value}")
-    if len(ident.encode("utf-8")) <= MAX_ID_BYTES and not value.lower().startswith(HASHED):
-        return ident
-    return directory.doc_id("Unique", f"{urn}:{HASHED}{hashlib.sha256(value.encode('utf-8')).hexdigest()}")
-
-
-def compared_text(value: Any) -> str:
-    """A compared value as its claim names it: a string as it is, anything else as canonical JSON."""
-    return value if isinstance(value, str) else orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-
-
-def unique_values(resource: Resource[Any], policy: ScimPolicy | None = None) -> dict[str, str]:
-    """The values of `resource` that must be unique (uniqueness server or global, as scim2-models declares them),
-    by attribute URN, in the form scim2-models compares them (a userName in lowercase, NFC). A missing value, or
-    one the policy cannot compare, is held by nobody (as scim2-server's InMemoryStorage does)."""
-    model = type(resource)
-    values: dict[str, str] = {}
-    for path in parametrize(Path, model).iter_paths(include_subattributes=False,
-                                                     uniqueness=[Uniqueness.server, Uniqueness.global_]):
-        binding = path.resolve()
-        if binding is None:
-            continue
-        value = parametrize(Path, model)(binding.urn).get(resource, strict=False)
-        try:
-            comparable = binding.comparable(value, policy)
-        except ValueError:
-            continue
-        if comparable is not None:
-            values[binding.urn] = compared_text(comparable)
-    return values
-
-
-def unique_urns(model: type[Resource[Any]]) -> set[str]:
-    paths = parametrize(Path, model).iter_paths(include_subattributes=False,
-                                                 uniqueness=[Uniqueness.server, Uniqueness.global_])
-    return {binding.urn for path in paths if (binding := path.resolve()) is not None}
-
-
-# --- in the engine ---
 
 
 class Claims:

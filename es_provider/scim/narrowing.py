@@ -14,7 +14,7 @@ from scim2_models.path import CompareOperator, Comparison
 
 from es_provider.identity import directory
 from es_provider.identity.directory import Kind, SubjectAttribute
-from es_provider.scim.claims import claim_id, compared_text, unique_urns
+from es_provider.scim.unique import claim_id, compared_text, unique_urns
 
 USER_SCHEMA = "urn:ietf:params:scim:schemas:core:2.0:User"
 GROUP_SCHEMA = "urn:ietf:params:scim:schemas:core:2.0:Group"

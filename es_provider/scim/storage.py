@@ -37,8 +37,9 @@ from es_provider.engine.errors import VersionConflict
 from es_provider.identity import directory, principals
 from es_provider.identity.directory import Kind, SubjectAttribute
 from es_provider.scim import bounds as scim_bounds
-from es_provider.scim.claims import MAX_ID_BYTES, Claims, claim_id, unique_values
+from es_provider.scim.claims import Claims
 from es_provider.scim.narrowing import Narrowed, narrowing
+from es_provider.scim.unique import MAX_ID_BYTES, claim_id, unique_values
 
 KINDS: dict[str, Kind] = {"User": "User", "Group": "Group"}  # resource type name → document kind
 MAX_RESOURCE_ID = 128  # longer ids in a URL name no resource (ours are 32 hex digits)

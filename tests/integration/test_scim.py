@@ -313,7 +313,8 @@ async def test_a_renamed_user_leaves_a_tombstone_and_frees_its_name(scim_app, en
 async def test_an_abandoned_claim_is_taken_over_a_recent_one_is_not(scim_app, engine, store) -> None:
     """A writer that died between its claim and its write leaves a claim nobody holds: after ORPHAN_CLAIM_S it no
     longer blocks the name; before, it does (the writer may still be about to write)."""
-    from es_provider.scim.claims import ORPHAN_CLAIM_S, claim_id
+    from es_provider.scim.claims import ORPHAN_CLAIM_S
+    from es_provider.scim.unique import claim_id
 
     client = await scim_app()
     for name, age, status in (("abandoned", ORPHAN_CLAIM_S + 5, 201), ("in-flight", 1.0, 409)):

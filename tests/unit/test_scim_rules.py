@@ -16,10 +16,10 @@ from scim2_server.utils import parametrize
 
 from es_provider.core.errors import ErrorCode, KnowledgeError, protocol_error, unauthenticated
 from es_provider.scim import service as scim
-from es_provider.scim.claims import MAX_ID_BYTES, claim_id, unique_values
 from es_provider.scim.narrowing import Narrowed, narrowing
 from es_provider.scim.patch import normalised
 from es_provider.scim.storage import counter_of, version_of
+from es_provider.scim.unique import MAX_ID_BYTES, claim_id, unique_values
 
 USER = "urn:ietf:params:scim:schemas:core:2.0:User"
 USER_NAME = f"{USER}:userName"

@@ -219,8 +219,8 @@ INTERRUPT_AFTER = textwrap.dedent("""
     import sys
 
     from es_provider import cli
-    from es_provider.engine import Engine
-    from es_provider.errors import ErrorCode, KnowledgeError
+    from es_provider.core.errors import ErrorCode, KnowledgeError
+    from es_provider.engine.client import Engine
 
     limit, sent, original = int(sys.argv[1]), 0, Engine.bulk
 

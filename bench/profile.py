@@ -59,7 +59,8 @@ MODULES = {
     "service": WIRING, "domain": WIRING,
 }
 FUNCTIONS = {("kit", "parse_object"): "read + parse", ("kit", "validate"): "validate", ("kit", "answer"): "render"}
-ENTRY = ("es_provider/cli.py", "es_provider/workers.py", "es_provider/__main__.py")  # the frames under everything
+ENTRY = ("es_provider/cli/__init__.py", "es_provider/cli/serve.py", "es_provider/cli/workers.py",
+         "es_provider/cli/__main__.py")  # the frames under everything
 STARTUP = ("_find_and_load", "load_settings", "create_app", "parse_settings")  # imports and setup, before any request
 WAITING = "waiting (epoll)"
 # The access record's writers: what es_provider/recorder.py held, now in es_provider/audit/.

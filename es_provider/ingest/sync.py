@@ -20,9 +20,10 @@ from typing import Any
 
 from es_provider.engine.client import Engine
 from es_provider.engine.write_block import wait_out_block
+from es_provider.ingest.ownership import LABEL_FIELD, LOOKUP_BATCH, refusals
 from es_provider.ingest.records import RecordError, SourceDocument
 from es_provider.ingest.sources import OptionError
-from es_provider.ingest.writer import LABEL_FIELD, LOOKUP_BATCH, first_occurrences, refusals
+from es_provider.ingest.writer import first_occurrences
 
 LABEL_LIMIT = 128  # as a tenant id: a keyword an operator types and reads back in messages
 

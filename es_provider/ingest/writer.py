@@ -13,7 +13,7 @@
 - Document ids are not scoped by tenant: a document whose id the index holds under another tenant is refused
   (written, it would overwrite that tenant's chunks and its cleanup delete the rest), and so is every later
   document of the run with an id seen before (which one was meant cannot be guessed). Both are per-document
-  failures; the other documents are written.
+  failures; the other documents are written. The lookups and their wording are in ownership.py.
 - With a source label (`--source`, docs/ingest.md), every chunk records it (`source_label`): the scope a sync
   mirrors (sync.py). A labelled document belongs to its source: a run of another source, or one without a label,
   does not write it (a per-document failure, as for another tenant's id); a labelled run may take over
@@ -35,21 +35,17 @@ from typing import Any
 from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception_type, wait_exponential
 
 from es_provider.config.knowledge import KnowledgeBase
-from es_provider.core.deadline import fixed_budget
 from es_provider.engine.client import Engine
 from es_provider.engine.transient import blocked_write, transient_status
 from es_provider.engine.write_block import wait_out_block
 from es_provider.ingest.chunker import DEFAULT_OVERLAP, DEFAULT_SIZE, chunk_id, split_text
+from es_provider.ingest.ownership import LABEL_FIELD, LABEL_MAPPING, LOOKUP_BATCH, by_tenant, refusals, same_tenant
 from es_provider.ingest.records import RecordError, SourceDocument
 from es_provider.search.embedders import Embedder, passage_text
 from es_provider.search.query import VECTOR_FIELD
 
 LARGE_LOAD_DOCUMENTS = 500
-LOOKUP_BATCH = 500  # document ids per terms query (tenant check, stale-chunk cleanup)
-LOOKUP_BUDGET_MS = 30_000
 EMBED_BATCH = 64  # chunks embedded per model call group (ingest and reindex)
-LABEL_FIELD = "source_label"  # the run's --source, on every chunk it writes
-LABEL_MAPPING = {"type": "keyword"}  # as mappings/chunks.json maps it (a unit test holds them equal)
 _DONE = object()
 
 Progress = Callable[[int, int], None]  # (documents finished, chunks written) since the last call
@@ -171,100 +167,6 @@ def first_occurrences(documents: Sequence[SourceDocument]) -> tuple[dict[str, So
             failures.append(f"document {doc_id}: its id appears again at {where}, first at {first_at[doc_id]}; "
                             "only the first is ingested")
     return by_id, failures
-
-
-def _tenant(doc: SourceDocument) -> str | None:
-    return doc.record.tenant_id or None  # "" writes no tenant_id, as None does
-
-
-def _same_tenant(tenant: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(filter, must_not) clauses matching chunks of `tenant` (None: chunks without one)."""
-    if tenant is None:
-        return [], [{"exists": {"field": "tenant_id"}}]
-    return [{"term": {"tenant_id": tenant}}], []
-
-
-def _by_tenant(ids: Sequence[str], by_id: Mapping[str, SourceDocument]) -> dict[str | None, list[str]]:
-    groups: dict[str | None, list[str]] = defaultdict(list)
-    for doc_id in ids:
-        groups[_tenant(by_id[doc_id])].append(doc_id)
-    return groups
-
-
-async def _one_hit_per_document(engine: Engine, index: str, query: dict[str, Any], size: int,
-                                fields: list[str]) -> list[dict[str, Any]]:
-    """`fields` of one matching chunk per document (`_source`), for at most `size` documents."""
-    body = {"size": size, "_source": fields, "query": query, "collapse": {"field": "document_id"}}
-    response = await engine.search(index, body, fixed_budget(LOOKUP_BUDGET_MS, now_monotonic=time.monotonic()))
-    return [hit.get("_source") or {} for hit in response.get("hits", {}).get("hits", [])]
-
-
-async def held_by_other_tenants(engine: Engine, index: str, by_id: Mapping[str, SourceDocument]
-                                ) -> dict[str, str | None]:
-    """Ids of these documents that the index holds under another tenant → that tenant (None: no tenant)."""
-    held: dict[str, str | None] = {}
-    for tenant, ids in _by_tenant(list(by_id), by_id).items():
-        # Not this tenant's: each of _same_tenant's clauses negated (there is one).
-        same, same_not = _same_tenant(tenant)
-        for start in range(0, len(ids), LOOKUP_BATCH):
-            group = ids[start : start + LOOKUP_BATCH]
-            query = {"bool": {"filter": [{"terms": {"document_id": group}}, *same_not], "must_not": same}}
-            for source in await _one_hit_per_document(engine, index, query, len(group),
-                                                      ["document_id", "tenant_id"]):
-                held[str(source.get("document_id"))] = source.get("tenant_id")
-    return held
-
-
-def _other_sources(label: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(filter, must_not) clauses matching chunks another source wrote: labelled, and not with `label`. Chunks
-    of no source belong to none: a labelled run may take them over."""
-    return [{"exists": {"field": LABEL_FIELD}}], ([{"term": {LABEL_FIELD: label}}] if label is not None else [])
-
-
-async def held_by_other_sources(engine: Engine, index: str, by_id: Mapping[str, SourceDocument],
-                                label: str | None) -> dict[str, str]:
-    """Ids of these documents that the index holds, in their own tenant, from another source → that source."""
-    if await engine.count(index, {"exists": {"field": LABEL_FIELD}}) == 0:
-        return {}  # no source ever labelled a chunk here (ingest without --source): nothing to look up
-    held: dict[str, str] = {}
-    others, others_not = _other_sources(label)
-    for tenant, ids in _by_tenant(list(by_id), by_id).items():
-        same, same_not = _same_tenant(tenant)
-        for start in range(0, len(ids), LOOKUP_BATCH):
-            group = ids[start : start + LOOKUP_BATCH]
-            query = {"bool": {"filter": [{"terms": {"document_id": group}}, *same, *others],
-                              "must_not": [*same_not, *others_not]}}
-            for source in await _one_hit_per_document(engine, index, query, len(group),
-                                                      ["document_id", LABEL_FIELD]):
-                held[str(source.get("document_id"))] = str(source.get(LABEL_FIELD))
-    return held
-
-
-async def refusals(engine: Engine, index: str, by_id: Mapping[str, SourceDocument], label: str | None
-                   ) -> dict[str, str]:
-    """Documents of the run that must not be written → why: the index holds their id under another tenant, or
-    (in their tenant) from another source."""
-    refused = {doc_id: _other_tenant_failure(doc_id, tenant)
-               for doc_id, tenant in (await held_by_other_tenants(engine, index, by_id)).items()}
-    mine = {doc_id: doc for doc_id, doc in by_id.items() if doc_id not in refused}
-    for doc_id, held in (await held_by_other_sources(engine, index, mine, label)).items():
-        refused[doc_id] = _other_source_failure(doc_id, held, label)
-    return refused
-
-
-def _other_tenant_failure(doc_id: str, tenant: str | None) -> str:
-    who = f"tenant {tenant}" if tenant else "no tenant (application-shared)"
-    return (f"document {doc_id}: the knowledge base holds a document with this id under another tenant ({who}); "
-            "not written (document ids are not scoped by tenant)")
-
-
-def _other_source_failure(doc_id: str, held: str, label: str | None) -> str:
-    if label is None:
-        return (f"document {doc_id}: the knowledge base holds it from source {held!r}; not written without "
-                f"--source {held} (outside its source, a later sync of that source could not remove it)")
-    return (f"document {doc_id}: the knowledge base holds it from source {held!r}, not {label!r}; not written "
-            "(a document belongs to the source that wrote it: remove it from that source and sync it, or "
-            "`es-provider delete` it, first)")
 
 
 def _action(index: str, chunk: dict[str, Any]) -> dict[str, Any]:
@@ -452,8 +354,8 @@ async def _delete_stale(engine: Engine, index: str, chunks_of: dict[str, list[st
                         by_id: Mapping[str, SourceDocument], *, block_wait_s: float) -> int:
     """Deletes chunks of these documents, of each one's own tenant, that are not among their current chunk ids."""
     deleted = 0
-    for tenant, ids in _by_tenant(list(chunks_of), by_id).items():
-        same, same_not = _same_tenant(tenant)
+    for tenant, ids in by_tenant(list(chunks_of), by_id).items():
+        same, same_not = same_tenant(tenant)
         for start in range(0, len(ids), LOOKUP_BATCH):
             group = ids[start : start + LOOKUP_BATCH]
             keep = [c for d in group for c in chunks_of[d]]

@@ -22,9 +22,10 @@ import re
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,7 +33,7 @@ import aiohttp
 import numpy as np
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from es_provider.config.knowledge import EmbedderSettings
+from es_provider.config.knowledge import EmbedderSettings, KnowledgeBase
 from es_provider.config.secrets import read_secret
 from es_provider.config.settings import Settings
 from es_provider.core.cores import usable_cores
@@ -297,3 +298,16 @@ def build_all(settings: Settings, environ: Mapping[str, str]) -> dict[str, Cache
     """The embedders the knowledge bases use (one instance per name, shared)."""
     used = {kb.embedder for kb in settings.knowledge if kb.embedder is not None}
     return {name: build(settings.embedders[name], environ) for name in sorted(used)}
+
+
+@asynccontextmanager
+async def opened(settings: Settings, kb: KnowledgeBase, environ: Mapping[str, str]) -> AsyncIterator[Cached | None]:
+    """The knowledge base's embedder (None without one), closed afterwards."""
+    if kb.embedder is None:
+        yield None
+        return
+    model = build(settings.embedders[kb.embedder], environ)
+    try:
+        yield model
+    finally:
+        await model.close()

@@ -29,8 +29,9 @@ from helpers.setup import api_key, bearer, new_kb
 from es_provider.core.deadline import fixed_budget
 from es_provider.engine.client import Engine
 from es_provider.ingest import admin, sync
+from es_provider.ingest.ownership import LABEL_FIELD
 from es_provider.ingest.records import AclRecord, DocumentRecord, SourceDocument, SourceRef
-from es_provider.ingest.writer import LABEL_FIELD, chunk_documents
+from es_provider.ingest.writer import chunk_documents
 
 FILES = Path(__file__).resolve().parent.parent / "fixtures" / "files"
 TOPIC = "turbine inspection"

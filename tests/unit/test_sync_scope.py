@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from es_provider.ingest.ownership import LABEL_FIELD, LABEL_MAPPING
 from es_provider.ingest.records import DocumentRecord, RecordError, SourceDocument
 from es_provider.ingest.sources import OptionError
 from es_provider.ingest.sync import Removal, Scope, check_label, in_scope, options, read_ids, shown, to_remove
-from es_provider.ingest.writer import LABEL_FIELD, LABEL_MAPPING
 
 MAPPINGS = Path(__file__).resolve().parent.parent.parent / "mappings" / "chunks.json"
 

@@ -209,9 +209,9 @@ async def callback(request: web.Request) -> web.Response:
             return answer.body, served(answer.served), result.rerank
 
         key = (kb.id, version, req.appId, req.executionId)
-        body, answered, rerank = await services.idempotency.once(key, fingerprint(data, identity), search,
+        body, chunks, rerank = await services.idempotency.once(key, fingerprint(data, identity), search,
                                                                 time.monotonic)
-        access.note(request, served=answered)
+        access.note(request, served=chunks)
         return kit.answer(body, rerank=rerank)
 
 

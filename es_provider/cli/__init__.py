@@ -1,5 +1,5 @@
-"""The `es-provider` command (docs/protocols.md §10), thin over the modules that do the work. Every failure is
-one line on stderr and a non-zero exit, never a traceback."""
+"""The `es-provider` command: build_parser and main over one module per command (each beside its arguments) and
+what they share (common). The top floor: it may import every room; nothing imports it."""
 
 from __future__ import annotations
 
@@ -12,9 +12,14 @@ from es_provider.core import logs
 from es_provider.core.errors import KnowledgeError
 from es_provider.ingest import admin
 
+DESCRIPTION = (
+    "The `es-provider` command (docs/protocols.md §10), thin over the modules that do the work. Every failure is\n"
+    "one line on stderr and a non-zero exit, never a traceback."
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="es-provider", description=__doc__)
+    parser = argparse.ArgumentParser(prog="es-provider", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     # Each command's module adds its subparser; this order is the order --help lists them in.
     serve.add_parser(sub)

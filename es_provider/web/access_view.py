@@ -19,21 +19,16 @@ from es_provider.core.errors import protocol_error
 from es_provider.core.strictjson import StrictModel
 from es_provider.edge import kit
 from es_provider.edge.service import SERVICES
-from es_provider.web.login import (
-    HEADERS,
-    LoginGate,
-    error_response,
-    guarded,
-    login_handler,
-    logout_handler,
-    page_route,
-    static,
-)
+from es_provider.web import login
 
 log = logging.getLogger("es_provider.access_view")
 
 VIEW_KEY = web.AppKey("access_view_key", bytes)
-GATE = LoginGate("access-view", VIEW_KEY, "es_provider_access_view", "/workbench/access", "access_login.html")
+GATE = login.LoginGate("access-view", VIEW_KEY, "es_provider_access_view", "/workbench/access", login.LoginForm(
+    title="es-provider access view — log in", heading="Access view", label="Access view key",
+    needs="This page needs the access view key (<code>[access_log] view_key_ref</code>), not the workbench key\n"
+          "or a platform key.",
+    note="Every login and lookup is logged, and is itself in the access record."))
 MAX_RECORDS = 1000
 
 
@@ -47,11 +42,11 @@ class Lookup(StrictModel):
 
 async def page(request: web.Request) -> web.Response:
     log.info("access view: page opened", extra={"remote": kit.client_address(request)})
-    return static("access.html")
+    return login.static("access.html")
 
 
 async def script(request: web.Request) -> web.Response:
-    return static("access.js")
+    return login.static("access.js")
 
 
 async def served(request: web.Request) -> web.Response:
@@ -67,22 +62,19 @@ async def served(request: web.Request) -> web.Response:
                                                                "remote": kit.client_address(request)})
     async with services.admission.slot("access-view"):
         found = await request.app[recorder.RECORDER].find(wanted)
-    return web.json_response({"records": found}, headers=HEADERS)
+    return web.json_response({"records": found}, headers=login.HEADERS)
 
 
 # Added by create_app only with the access record on and `[access_log] view_key_ref` (app[VIEW_KEY] set).
 PROTOCOL = kit.Protocol(
     name="access-view",
     prefixes=("/workbench/access",),
-    render_error=error_response,
+    render_error=login.error_response,
     error_schema={"type": "object", "required": ["error"]},
     routes=(
-        page_route("GET", "/workbench/access", guarded(page, page=True, gate=GATE),
-               "the access view page (login form without a session)"),
-        page_route("POST", "/workbench/access/login", login_handler(GATE), "log in with the access view key"),
-        page_route("POST", "/workbench/access/logout", logout_handler(GATE), "end the session"),
-        page_route("GET", "/workbench/access/access.js", guarded(script, gate=GATE), "the page's script"),
-        page_route("POST", "/workbench/access/api/served", guarded(served, gate=GATE),
-               "access view: the records that served a document, newest first", api=True, model=Lookup),
+        *login.gate_routes(GATE, page, script, "access.js", page_summary="the access view page (login form without a "
+                           "session)", login_summary="log in with the access view key"),
+        login.page_route("POST", "/workbench/access/api/served", login.guarded(served, gate=GATE),
+                         "access view: the records that served a document, newest first", api=True, model=Lookup),
     ),
 )

@@ -15,6 +15,7 @@ import logging
 import math
 import re
 import secrets
+import string
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
@@ -90,6 +91,17 @@ def locked_out(request: web.Request, attempted: float) -> web.Response | None:
 
 
 @dataclasses.dataclass(frozen=True)
+class LoginForm:
+    """What a gate's login page says (static/login.html's $-fields; trusted HTML, never from a request)."""
+
+    title: str
+    heading: str
+    needs: str  # which key the page needs, and which it is not
+    label: str
+    note: str
+
+
+@dataclasses.dataclass(frozen=True)
 class LoginGate:
     """A page's own key, and its session cookie's name and path, and its login form (the workbench's; the access
     view's, access_view.py). Guessing either key counts in the one Guard."""
@@ -98,7 +110,19 @@ class LoginGate:
     key: web.AppKey[bytes]
     cookie: str
     path: str
-    login_page: str
+    form: LoginForm
+
+
+@functools.cache
+def _login_page(gate: LoginGate) -> bytes:
+    template = string.Template(_asset("login.html").decode("utf-8"))
+    return template.substitute(dataclasses.asdict(gate.form), action=f"{gate.path}/login").encode("utf-8")
+
+
+def login_page(gate: LoginGate) -> web.Response:
+    """The gate's login form, answered 401 (no session yet)."""
+    return web.Response(body=_login_page(gate), status=401, content_type="text/html", charset="utf-8",
+                        headers=HEADERS)
 
 
 def right_key(request: web.Request, presented: bytes, attempted: float, refusal: str, gate: LoginGate) -> bool:
@@ -161,7 +185,7 @@ def guarded(handler: Handler, *, page: bool = False, gate: LoginGate) -> Handler
         elif page:
             log.info("%s: page asked for without its key", gate.name, extra={"remote": kit.client_address(request)})
         if page:  # the login form, and nothing else
-            return static(gate.login_page, status=401)
+            return login_page(gate)
         raise unauthenticated(f"{gate.name}: no valid session cookie or key")
 
     return run
@@ -191,7 +215,7 @@ def login_handler(gate: LoginGate) -> Handler:
         given = form.get("key", [""])[0]
         if not right_key(request, given.encode(), attempted, f"{gate.name}: login refused", gate):
             await asyncio.sleep(FAILED_LOGIN_DELAY_S)  # guessing costs time on one connection; the Guard bounds many
-            return static(gate.login_page, status=401)
+            return login_page(gate)
         settings = services.settings
         log.info("%s: login", gate.name, extra={"remote": kit.client_address(request)})
         response = _see_page(gate)
@@ -225,3 +249,14 @@ def page_route(method: str, path: str, handler: Handler, summary: str, *, model:
     # (docs/workbench.md) and logged only.
     return kit.Route(method, path, handler, summary=summary, request_model=model, in_openapi=api,
                      answer={"type": "object"}, recorded=api)
+
+
+def gate_routes(gate: LoginGate, page: Handler, script: Handler, script_name: str, *, page_summary: str,
+                login_summary: str) -> tuple[kit.Route, ...]:
+    """A gated page's own routes: the page (its login form without a session), log in, log out, its script."""
+    return (
+        page_route("GET", gate.path, guarded(page, page=True, gate=gate), page_summary),
+        page_route("POST", f"{gate.path}/login", login_handler(gate), login_summary),
+        page_route("POST", f"{gate.path}/logout", logout_handler(gate), "end the session"),
+        page_route("GET", f"{gate.path}/{script_name}", guarded(script, gate=gate), "the page's script"),
+    )

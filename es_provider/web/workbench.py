@@ -37,22 +37,16 @@ from es_provider.search import explain
 from es_provider.search.domain import Chunk, SearchRequest, SearchResult, served
 from es_provider.search.query import text_clause
 from es_provider.search.retrieval import resolve_mode
-from es_provider.web.login import (
-    HEADERS,
-    LoginGate,
-    error_response,
-    guarded,
-    login_handler,
-    logout_handler,
-    page_route,
-    static,
-)
+from es_provider.web import login
 
 log = logging.getLogger("es_provider.workbench")
 
 COOKIE = "es_provider_workbench"
 WORKBENCH_KEY = web.AppKey("workbench_key", bytes)
-WORKBENCH = LoginGate("workbench", WORKBENCH_KEY, COOKIE, "/workbench", "login.html")
+WORKBENCH = login.LoginGate("workbench", WORKBENCH_KEY, COOKIE, "/workbench", login.LoginForm(
+    title="es-provider workbench — log in", heading="Retrieval workbench", label="Workbench key",
+    needs="This page needs the workbench key (<code>[workbench] key_ref</code>), not a platform key.",
+    note="Every login, search and explanation is logged with the identity it impersonated."))
 ProtocolName = Literal["sparktide", "agentarts", "dify"]
 PROTOCOLS: tuple[ProtocolName, ...] = ("sparktide", "agentarts", "dify")
 MAX_DOCUMENT_CHUNKS = 500
@@ -60,11 +54,11 @@ MAX_DOCUMENT_CHUNKS = 500
 
 async def page(request: web.Request) -> web.Response:
     log.info("workbench: page opened", extra={"remote": kit.client_address(request)})
-    return static("workbench.html")
+    return login.static("workbench.html")
 
 
 async def script(request: web.Request) -> web.Response:
-    return static("workbench.js")
+    return login.static("workbench.js")
 
 
 # --- what it shows ---
@@ -119,7 +113,7 @@ def answered(name: ProtocolName, kb: KnowledgeBase, result: SearchResult) -> kit
 
 
 def _json(value: Any) -> web.Response:
-    return web.Response(body=orjson.dumps(value), content_type="application/json", headers=HEADERS)
+    return web.Response(body=orjson.dumps(value), content_type="application/json", headers=login.HEADERS)
 
 
 async def _read(request: web.Request, model: type[kit.Model]) -> kit.Model:
@@ -142,7 +136,7 @@ async def setup(request: web.Request) -> web.Response:
                        "modes": ["bm25"] if kb.embedder is None else ["bm25", "vector", "hybrid"]}
                       for kb in settings.knowledge],
         "subjects": sorted(settings.principals),
-    }, headers=HEADERS)
+    }, headers=login.HEADERS)
 
 
 async def search(request: web.Request) -> web.Response:
@@ -240,22 +234,19 @@ async def why(request: web.Request) -> web.Response:
 PROTOCOL = kit.Protocol(
     name="workbench",
     prefixes=("/workbench",),
-    render_error=error_response,
+    render_error=login.error_response,
     error_schema={"type": "object", "required": ["error"], "properties": {"error": {
         "type": "object", "required": ["code", "message"],
         "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},
     routes=(
-        page_route("GET", "/workbench", guarded(page, page=True, gate=WORKBENCH),
-                   "the workbench page (login form without a session)"),
-        page_route("POST", "/workbench/login", login_handler(WORKBENCH),
-                   "log in with the workbench key (form field key)"),
-        page_route("POST", "/workbench/logout", logout_handler(WORKBENCH), "end the session"),
-        page_route("GET", "/workbench/workbench.js", guarded(script, gate=WORKBENCH), "the page's script"),
-        page_route("GET", "/workbench/api/setup", guarded(setup, gate=WORKBENCH),
-                   "workbench: knowledge bases and known subjects", api=True),
-        page_route("POST", "/workbench/api/search", guarded(search, gate=WORKBENCH),
-               "workbench: each protocol's answer for one impersonated identity", model=Ask, api=True),
-        page_route("POST", "/workbench/api/explain", guarded(why, gate=WORKBENCH),
-               "workbench: why each chunk of a document is (not) answered", model=Why, api=True),
+        *login.gate_routes(WORKBENCH, page, script, "workbench.js",
+                           page_summary="the workbench page (login form without a session)",
+                           login_summary="log in with the workbench key (form field key)"),
+        login.page_route("GET", "/workbench/api/setup", login.guarded(setup, gate=WORKBENCH),
+                         "workbench: knowledge bases and known subjects", api=True),
+        login.page_route("POST", "/workbench/api/search", login.guarded(search, gate=WORKBENCH),
+                         "workbench: each protocol's answer for one impersonated identity", model=Ask, api=True),
+        login.page_route("POST", "/workbench/api/explain", login.guarded(why, gate=WORKBENCH),
+                         "workbench: why each chunk of a document is (not) answered", model=Why, api=True),
     ),
 )

@@ -110,62 +110,57 @@ def test_ingest_still_reads_good_records() -> None:
 
 # --- finding 7: one executionId is answered once ---
 
+KEY = ("kb", "1", "app", "exec")
+
+
+class Held:
+    """A callback's answer in flight: each call waits for `release`, then gives the next of `answers` (the last
+    again once they run out), raising it if it is an error."""
+
+    def __init__(self, *answers: bytes | KnowledgeError) -> None:
+        self.release = asyncio.Event()
+        self.calls = 0
+        self.answers = answers
+
+    async def __call__(self) -> tuple[bytes, tuple[()]]:
+        self.calls += 1
+        answer = self.answers[min(self.calls, len(self.answers)) - 1]
+        await self.release.wait()
+        if isinstance(answer, KnowledgeError):
+            raise answer
+        return answer, ()
+
+
 async def test_concurrent_duplicates_wait_for_the_first_answer() -> None:
     cache = IdempotencyCache(window_s=60)
-    calls = 0
-    release = asyncio.Event()
-
-    async def answer() -> tuple[bytes, tuple[()]]:
-        nonlocal calls
-        calls += 1
-        await release.wait()
-        return b"the answer", ()
-
-    key = ("kb", "1", "app", "exec")
-    runs = [asyncio.create_task(cache.once(key, b"same", answer, lambda: 0.0)) for _ in range(6)]
+    answer = Held(b"the answer")
+    runs = [asyncio.create_task(cache.once(KEY, b"same", answer, lambda: 0.0)) for _ in range(6)]
     await asyncio.sleep(0)
-    release.set()
+    answer.release.set()
     assert await asyncio.gather(*runs) == [(b"the answer", ())] * 6
-    assert calls == 1
+    assert answer.calls == 1
 
 
 async def test_a_different_body_in_flight_is_refused() -> None:
     cache = IdempotencyCache(window_s=60)
-    release = asyncio.Event()
-
-    async def answer() -> tuple[bytes, tuple[()]]:
-        await release.wait()
-        return b"first", ()
-
-    key = ("kb", "1", "app", "exec")
-    first = asyncio.create_task(cache.once(key, b"one", answer, lambda: 0.0))
+    answer = Held(b"first")
+    first = asyncio.create_task(cache.once(KEY, b"one", answer, lambda: 0.0))
     await asyncio.sleep(0)
     with pytest.raises(KnowledgeError) as caught:
-        await cache.once(key, b"two", answer, lambda: 0.0)
+        await cache.once(KEY, b"two", answer, lambda: 0.0)
     assert caught.value.code is ErrorCode.REQUEST_REJECTED
-    release.set()
+    answer.release.set()
     assert await first == (b"first", ())
 
 
 async def test_a_failed_first_answer_is_not_shared() -> None:
     cache = IdempotencyCache(window_s=60)
-    attempts = 0
-    release = asyncio.Event()
-
-    async def answer() -> tuple[bytes, tuple[()]]:
-        nonlocal attempts
-        attempts += 1
-        if attempts == 1:
-            await release.wait()
-            raise KnowledgeError(ErrorCode.UNAVAILABLE)
-        return b"second try", ()
-
-    key = ("kb", "1", "app", "exec")
-    first = asyncio.create_task(cache.once(key, b"f", answer, lambda: 0.0))
+    answer = Held(KnowledgeError(ErrorCode.UNAVAILABLE), b"second try")
+    first = asyncio.create_task(cache.once(KEY, b"f", answer, lambda: 0.0))
     await asyncio.sleep(0)
-    waiter = asyncio.create_task(cache.once(key, b"f", answer, lambda: 0.0))
+    waiter = asyncio.create_task(cache.once(KEY, b"f", answer, lambda: 0.0))
     await asyncio.sleep(0)
-    release.set()
+    answer.release.set()
     with pytest.raises(KnowledgeError):
         await first
     assert await waiter == (b"second try", ())

@@ -18,18 +18,19 @@ import orjson
 
 from es_provider.search.domain import Chunk
 
+# The answer as a whole, then each field of an item, then its source and its metadata.
 MAX_ITEMS = 100
 MAX_BODY_BYTES = 1024 * 1024
 MAX_CONTENT = 16384
 MAX_TITLE = 512
 MAX_TENANT = 128
+SOURCE_TYPES = ("DOCUMENT", "URL", "INLINE")
 MAX_SOURCE_ID = 128
 MAX_LOCATOR = 512
 MAX_URI = 2048
 MAX_PAGE = 1_000_000
-MAX_METADATA_BYTES = 4096
+MAX_METADATA_BYTES = 4096  # serialized
 MAX_METADATA_DEPTH = 8
-SOURCE_TYPES = ("DOCUMENT", "URL", "INLINE")
 
 _ITEM_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 

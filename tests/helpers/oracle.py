@@ -1,4 +1,4 @@
-"""The one plain-Python permission oracle (docs/protocols.md §5), written independently of es_provider/acl.py so
+"""The one plain-Python permission oracle (docs/protocols.md §5), written independently of es_provider/core/acl.py so
 that the two can be held against each other."""
 
 from __future__ import annotations

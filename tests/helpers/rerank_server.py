@@ -1,4 +1,4 @@
-"""A small rerank server that speaks both API shapes es_provider/rerank.py calls: Cohere/Jina-style
+"""A small rerank server that speaks both API shapes es_provider/search/rerank.py calls: Cohere/Jina-style
 `POST /v1/rerank` and TEI's `POST /rerank`. It keeps every request it receives, and can be told to misbehave.
 
 Scorers: the tests' default is a fixed pseudo-random score per (query, text), so its order differs from the

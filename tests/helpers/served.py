@@ -90,14 +90,16 @@ def cpu_seconds(*pids: int) -> float:
 
 
 class Served:
-    def __init__(self, config: Path, env: dict[str, str], log_path: Path, args: tuple[str, ...] = ()) -> None:
+    def __init__(self, config: Path, env: dict[str, str], log_path: Path, args: tuple[str, ...] = (),
+                 cwd: Path | None = None) -> None:
+        """`cwd`: the checkout whose es_provider runs (`python -m` puts it first on the path; bench/house.py)."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "es_provider.cli", "serve", "--config", str(config), "--port", str(self.port), *args],
-            env={**os.environ, **env}, stdout=self._log, stderr=subprocess.STDOUT,
+            env={**os.environ, **env}, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd,
         )
         wait_until_answering(f"{self.base}/healthz", self.process, 20, log_path)
 

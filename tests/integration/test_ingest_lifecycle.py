@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 from helpers import served
 from helpers.calls import ROUTE, body, headers
+from helpers.interrupt import kill_once_written
 from helpers.setup import api_key, bearer, load_records, new_kb
 
 from es_provider.core.deadline import fixed_budget
@@ -218,15 +218,7 @@ async def test_killed_ingest_converges_on_a_rerun(opensearch, engine, kb, tmp_pa
     try:
         config = write_config(tmp_path, kb)
         process = cli(opensearch, "ingest", "--config", str(config), "--kb", kb.id, str(data), wait=False)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            count = await engine.count(f"{kb.alias}-v1")
-            if count > 500 or process.poll() is not None:
-                break
-            await asyncio.sleep(0.1)
-        killed_mid_way = process.poll() is None
-        process.send_signal(signal.SIGKILL)
-        process.wait()
+        killed_mid_way = await kill_once_written(process, lambda: engine.count(f"{kb.alias}-v1"))
         assert killed_mid_way, "the ingest finished before it could be killed; make the corpus larger"
 
         rerun = cli(opensearch, "ingest", "--config", str(config), "--kb", kb.id, str(data))

@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -23,6 +22,7 @@ import pytest
 from aiohttp import web
 from helpers import served
 from helpers.calls import ROUTE, body, headers
+from helpers.interrupt import kill_once_written
 from helpers.proxy import EngineProxy
 from helpers.setup import api_key, bearer, new_kb
 
@@ -270,15 +270,12 @@ async def test_a_killed_sync_removes_nothing_and_a_rerun_finishes_it(wiki, engin
     data = records(tmp_path / "v2.jsonl", ["keep", *ids], "v2", words=60)
     process = cli(engine.url, "ingest", "--config", str(wiki.config), "--kb", kb.id, "--tenant", "team-a",
                   "--source", "wiki", "--sync", str(data), wait=False)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+
+    async def written() -> int:
         await engine.refresh(kb.alias)  # a large load turns refresh off: counted without, the kill would come late
-        if await engine.count(kb.alias) > 500 or process.poll() is not None:
-            break
-        await asyncio.sleep(0.05)
-    killed_mid_way = process.poll() is None
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+        return await engine.count(kb.alias)
+
+    killed_mid_way = await kill_once_written(process, written, every_s=0.05)
     assert killed_mid_way, "the sync finished before it could be killed; make the corpus larger"
     await engine.refresh(kb.alias)
     assert any(c["document_id"] == "gone" for c in await chunks(engine, kb, {"term": {"document_id": "gone"}}))

@@ -67,6 +67,13 @@ async def cross_check_records(engine: Any, prefix: str, answered: Answered) -> l
     return wrong
 
 
+def assert_isolated(figures, what: str, leaks: list[Any], missing: list[Any], *more: str) -> None:
+    """Neither leaks nor missing chunks found, and section 1's line saying what was asked and what was found."""
+    figures("1. Permission isolation at scale",
+            "; ".join([what, f"leaks found: {len(leaks)}", f"visible chunks missing: {len(missing)}", *more]))
+    assert leaks == [], leaks[:5]
+    assert missing == [], missing[:5]
+
 async def test_no_leak_and_nothing_missing_through_all_protocols(engine, kb, client_for, figures) -> None:
     rng = random.Random(20261130)
     docs, uses = corpus(rng, CHUNKS)
@@ -142,14 +149,11 @@ async def test_no_leak_and_nothing_missing_through_all_protocols(engine, kb, cli
     await asyncio.gather(*(check(n, *identity) for n, identity in enumerate(identities)))
     query_seconds = time.monotonic() - started
     wrong = await cross_check_records(engine, prefix, answered)
-    figures("1. Permission isolation at scale",
-            f"{CHUNKS} chunks ({len(TENANTS)} tenants incl. prefix-sharing and hostile ids, 15 % shared, 10 % public, "
-            f"5 % without ACL), ingested in {ingest_seconds:.1f} s; {IDENTITIES} random identities × 4 ways (SparkTide, "
-            f"AgentArts, Dify per-identity key, Dify acting_subject) = {IDENTITIES * 4} queries in "
-            f"{query_seconds:.1f} s; leaks found: {len(leaks)}; visible chunks missing: "
-            f"{len(missing)}; access records that differ from their answer: {len(wrong)} of {len(answered)}")
-    assert leaks == [], leaks[:5]
-    assert missing == [], missing[:5]
+    assert_isolated(figures, f"{CHUNKS} chunks ({len(TENANTS)} tenants incl. prefix-sharing and hostile ids, 15 % "
+                     f"shared, 10 % public, 5 % without ACL), ingested in {ingest_seconds:.1f} s; {IDENTITIES} random "
+                     f"identities × 4 ways (SparkTide, AgentArts, Dify per-identity key, Dify acting_subject) = "
+                     f"{IDENTITIES * 4} queries in {query_seconds:.1f} s", leaks, missing,
+                     f"access records that differ from their answer: {len(wrong)} of {len(answered)}")
     assert wrong == [], wrong[:5]
 
 
@@ -322,11 +326,9 @@ async def test_isolation_holds_while_the_directory_changes(engine, kb, client_fo
         done.set()
         await churning
         await engine.delete_index(index)
-    figures("1. Permission isolation at scale",
-            f"with the directory changing: {len(stored)} of {len(SUBJECTS)} subjects' groups from the principal "
-            f"store, {changes} directory changes (one group membership swapped, or a user deactivated or reactivated) while "
-            f"{STORE_IDENTITIES} identities × 2 ways (SparkTide, Dify acting_subject) asked in "
-            f"{time.monotonic() - started:.1f} s, each answer held against every state in force during it (a change "
-            f"counts from its write until {LAG_S} s after the next); leaks: {len(leaks)}; missing: {len(missing)}")
-    assert leaks == [], leaks[:5]
-    assert missing == [], missing[:5]
+    assert_isolated(figures, f"with the directory changing: {len(stored)} of {len(SUBJECTS)} subjects' groups from "
+                     f"the principal store, {changes} directory changes (one group membership swapped, or a user "
+                     f"deactivated or reactivated) while {STORE_IDENTITIES} identities × 2 ways (SparkTide, Dify "
+                     f"acting_subject) asked in {time.monotonic() - started:.1f} s, each answer held against every "
+                     f"state in force during it (a change counts from its write until {LAG_S} s after the next)",
+                     leaks, missing)

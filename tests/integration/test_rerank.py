@@ -1,4 +1,4 @@
-"""The rerank stage (es_provider/rerank.py) against a real engine and the suite's own rerank server
+"""The rerank stage (es_provider/search/rerank.py) against a real engine and the suite's own rerank server
 (tests/helpers/rerank_server.py), in both API shapes:
 
 - answers follow the reranker's order, with its calibrated scores, through all three protocols;

@@ -18,7 +18,7 @@ from helpers.setup import CALLBACK_SECRET, new_kb
 
 
 @pytest.fixture
-async def refuse(client_for, proxy):
+async def assert_refused(client_for, proxy):
     """Posts a request and asserts it was refused with (status, code), with no content and no engine call."""
     kbs = [new_kb(), new_kb(id="other-kb", secret_ref="OTHER_KEY", apps=["app-2"]),
            new_kb(id="signed-kb", signature=True)]
@@ -48,20 +48,20 @@ PROTOCOL = "KNOWLEDGE_PROTOCOL_ERROR"
 
 @pytest.mark.parametrize("authorization", [None, "", "Bearer", "Bearer ", "Basic dXNlcjpwYXNz", "Bearer a b",
                                            "Bearer wrong-secret", f"Token {CALLBACK_SECRET}", CALLBACK_SECRET])
-async def test_missing_or_bad_credential_is_401(refuse, authorization) -> None:
-    await refuse(401, DENIED, hdrs=headers(Authorization=authorization))
+async def test_missing_or_bad_credential_is_401(assert_refused, authorization) -> None:
+    await assert_refused(401, DENIED, hdrs=headers(Authorization=authorization))
 
 
-async def test_credential_of_another_knowledge_base_is_403(refuse) -> None:
-    await refuse(403, DENIED, hdrs=headers(Authorization="Bearer other-secret"))
+async def test_credential_of_another_knowledge_base_is_403(assert_refused) -> None:
+    await assert_refused(403, DENIED, hdrs=headers(Authorization="Bearer other-secret"))
 
 
-async def test_unknown_unpublished_and_unbound_look_the_same(refuse) -> None:
-    unknown = await refuse(403, DENIED, route="/agent/knowledge/no-such-kb/1.0.0",
+async def test_unknown_unpublished_and_unbound_look_the_same(assert_refused) -> None:
+    unknown = await assert_refused(403, DENIED, route="/agent/knowledge/no-such-kb/1.0.0",
                            payload=body(knowledgeId="no-such-kb"))
-    unpublished = await refuse(403, DENIED, route="/agent/knowledge/project-documents/2.0.0",
+    unpublished = await assert_refused(403, DENIED, route="/agent/knowledge/project-documents/2.0.0",
                                payload=body(version="2.0.0"))
-    unbound = await refuse(403, DENIED, payload=body(appId="app-2", filters={**body()["filters"], "appId": "app-2"}))
+    unbound = await assert_refused(403, DENIED, payload=body(appId="app-2", filters={**body()["filters"], "appId": "app-2"}))
     assert unknown == unpublished == unbound
 
 
@@ -83,35 +83,35 @@ async def test_unknown_unpublished_and_unbound_look_the_same(refuse) -> None:
         (b"", "empty body"),
     ],
 )
-async def test_malformed_bodies_are_400(refuse, raw: bytes, why: str) -> None:
-    await refuse(400, PROTOCOL, data=raw)
+async def test_malformed_bodies_are_400(assert_refused, raw: bytes, why: str) -> None:
+    await assert_refused(400, PROTOCOL, data=raw)
 
 
-async def test_body_over_the_limit_is_413(refuse) -> None:
+async def test_body_over_the_limit_is_413(assert_refused) -> None:
     big = body(trustedContext={"pad": "x" * 70_000})
-    await refuse(413, PROTOCOL, payload=big)
+    await assert_refused(413, PROTOCOL, payload=big)
 
 
-async def test_chunked_body_over_the_limit_is_413(refuse) -> None:
+async def test_chunked_body_over_the_limit_is_413(assert_refused) -> None:
     async def chunks():
         yield json.dumps(body())[:-1].encode() + b', "pad": "'
         for _ in range(100):
             yield b"x" * 1024
         yield b'"}'
 
-    response = await refuse.client.post(ROUTE, data=chunks(), headers=headers())
+    response = await assert_refused.client.post(ROUTE, data=chunks(), headers=headers())
     assert response.status == 413
     assert await response.json() == {"error": {"code": PROTOCOL}}
 
 
 @pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded",
                                           "application/json; charset=latin-1", "application/jsonx"])
-async def test_wrong_content_type_is_415(refuse, content_type) -> None:
-    await refuse(415, PROTOCOL, hdrs=headers(**{"Content-Type": content_type}))
+async def test_wrong_content_type_is_415(assert_refused, content_type) -> None:
+    await assert_refused(415, PROTOCOL, hdrs=headers(**{"Content-Type": content_type}))
 
 
-async def test_json_with_utf8_charset_is_accepted(refuse, proxy) -> None:
-    response = await refuse.client.post(ROUTE, data=json.dumps(body()),
+async def test_json_with_utf8_charset_is_accepted(assert_refused, proxy) -> None:
+    response = await assert_refused.client.post(ROUTE, data=json.dumps(body()),
                                         headers=headers(**{"Content-Type": "application/json; charset=utf-8"}))
     # It passes every check and reaches the engine (whose alias does not exist here → 503).
     assert response.status == 503
@@ -125,17 +125,17 @@ FIELDS = ["protocolVersion", "appId", "subjectId", "tenantId", "knowledgeId", "v
 
 
 @pytest.mark.parametrize("field", FIELDS)
-async def test_each_missing_field_is_400(refuse, field: str) -> None:
+async def test_each_missing_field_is_400(assert_refused, field: str) -> None:
     request = body()
     del request[field]
-    await refuse(400, PROTOCOL, payload=request)
+    await assert_refused(400, PROTOCOL, payload=request)
 
 
 @pytest.mark.parametrize("field", ["appId", "subjectId", "tenantId", "required"])
-async def test_each_missing_filters_field_is_400(refuse, field: str) -> None:
+async def test_each_missing_filters_field_is_400(assert_refused, field: str) -> None:
     request = body()
     del request["filters"][field]
-    await refuse(400, PROTOCOL, payload=request)
+    await assert_refused(400, PROTOCOL, payload=request)
 
 
 @pytest.mark.parametrize(
@@ -162,9 +162,9 @@ async def test_each_missing_filters_field_is_400(refuse, field: str) -> None:
     ],
     ids=lambda c: json.dumps(c)[:60],
 )
-async def test_wrong_type_range_or_extra_field_is_400(refuse, changes) -> None:
+async def test_wrong_type_range_or_extra_field_is_400(assert_refused, changes) -> None:
     request = body(**changes)
-    await refuse(400, PROTOCOL, payload=request,
+    await assert_refused(400, PROTOCOL, payload=request,
                  hdrs=headers(**{"Idempotency-Key": str(request.get("executionId") or "x")}))
 
 
@@ -183,13 +183,13 @@ async def test_wrong_type_range_or_extra_field_is_400(refuse, changes) -> None:
     ],
     ids=lambda c: json.dumps(c)[:70],
 )
-async def test_inconsistent_fields_are_400(refuse, changes) -> None:
-    await refuse(400, PROTOCOL, payload=body(**changes))
+async def test_inconsistent_fields_are_400(assert_refused, changes) -> None:
+    await assert_refused(400, PROTOCOL, payload=body(**changes))
 
 
 @pytest.mark.parametrize("key", [None, "", "exec-2", "EXEC-1"])
-async def test_idempotency_key_must_equal_execution_id(refuse, key) -> None:
-    await refuse(400, PROTOCOL, hdrs=headers(**{"Idempotency-Key": key}))
+async def test_idempotency_key_must_equal_execution_id(assert_refused, key) -> None:
+    await assert_refused(400, PROTOCOL, hdrs=headers(**{"Idempotency-Key": key}))
 
 
 @pytest.mark.parametrize(
@@ -202,8 +202,8 @@ async def test_idempotency_key_must_equal_execution_id(refuse, key) -> None:
         (lambda now: now + 11 * 60_000, 400, PROTOCOL),
     ],
 )
-async def test_deadlines(refuse, deadline, status, code) -> None:
-    await refuse(status, code, payload=body(deadline=deadline(int(time.time() * 1000))))
+async def test_deadlines(assert_refused, deadline, status, code) -> None:
+    await assert_refused(status, code, payload=body(deadline=deadline(int(time.time() * 1000))))
 
 
 # --- signature mode ---
@@ -233,29 +233,29 @@ def signed_body() -> dict[str, Any]:
     ],
     ids=["no signature", "no timestamp", "wrong signature", "body changed", "timestamp changed"],
 )
-async def test_bad_signature_is_401(refuse, mutate) -> None:
+async def test_bad_signature_is_401(assert_refused, mutate) -> None:
     raw, h = mutate(*signed(signed_body()))
-    await refuse(401, DENIED, data=raw, hdrs=h, route=SIGNED_ROUTE)
+    await assert_refused(401, DENIED, data=raw, hdrs=h, route=SIGNED_ROUTE)
 
 
-async def test_expired_signature_is_401(refuse) -> None:
+async def test_expired_signature_is_401(assert_refused) -> None:
     raw, h = signed(signed_body(), ts=int(time.time()) - 301)
-    await refuse(401, DENIED, data=raw, hdrs=h, route=SIGNED_ROUTE)
+    await assert_refused(401, DENIED, data=raw, hdrs=h, route=SIGNED_ROUTE)
 
 
-async def test_replayed_signature_is_401(refuse, proxy) -> None:
+async def test_replayed_signature_is_401(assert_refused, proxy) -> None:
     raw, h = signed(signed_body())
-    first = await refuse.client.post(SIGNED_ROUTE, data=raw, headers=h)
+    first = await assert_refused.client.post(SIGNED_ROUTE, data=raw, headers=h)
     assert first.status == 503  # accepted; the alias does not exist in this test
     proxy.requests.clear()
-    await refuse(401, DENIED, data=raw, hdrs=h, route=SIGNED_ROUTE)
+    await assert_refused(401, DENIED, data=raw, hdrs=h, route=SIGNED_ROUTE)
 
 
 # --- routing ---
 
 @pytest.mark.parametrize(("method", "path", "status"), [("GET", ROUTE, 405), ("PUT", ROUTE, 405),
                                                          ("POST", "/agent/knowledge/project-documents", 404)])
-async def test_routing_refusals_use_the_protocol_body(refuse, method, path, status) -> None:
-    response = await refuse.client.request(method, path, data=json.dumps(body()), headers=headers())
+async def test_routing_refusals_use_the_protocol_body(assert_refused, method, path, status) -> None:
+    response = await assert_refused.client.request(method, path, data=json.dumps(body()), headers=headers())
     assert response.status == status
     assert await response.json() == {"error": {"code": PROTOCOL}}

@@ -41,7 +41,7 @@ def configs(work: Path, url: str, kb: dict[str, Any]) -> dict[str, Path]:
 
 
 def sample_record(n: int) -> dict[str, Any]:
-    """A record as a SparkTide answer of 10 chunks leaves it (es_provider/access.py record())."""
+    """A record as a SparkTide answer of 10 chunks leaves it (es_provider/audit/access.py record())."""
     from es_provider.audit import access
 
     entry = access.Entry("sparktide", "/agent/knowledge/{knowledge_id}/{version}", "POST", "10.1.2.3",

@@ -6,7 +6,7 @@ from:
 
   file   `[principals]` in the configuration file only (no `[directory]`: the default);
   store  `[directory] enabled = true`, the same subjects and groups in the principal store (written by
-         `es-provider principals import --replace`, es_provider/principals_import.py), `[principals]` without them.
+         `es-provider principals import --replace`, es_provider/scim/principals_import.py), `[principals]` without them.
 
 SparkTide callbacks (the hot path's request, TENANT+SUBJECT filters) from 200 subjects, every one asked once,
 unmeasured, before the first round, so the store's per-process cache is warm: p50 at concurrency 1, service CPU
@@ -55,7 +55,7 @@ def users() -> dict[str, list[str]]:
 
 
 def write_users(path: Path, groups: dict[str, list[str]]) -> Path:
-    """The import file: JSON Lines, one user a line (es_provider/principals_import.py)."""
+    """The import file: JSON Lines, one user a line (es_provider/scim/principals_import.py)."""
     path.write_text("".join(json.dumps({"subject": s, "groups": g}) + "\n" for s, g in groups.items()),
                     encoding="utf-8")
     return path
@@ -82,7 +82,7 @@ def counter(url: str) -> int | None:
 
 def groups_answer_bytes(url: str, subject: str) -> int:
     """The size of the engine's answer to a cache miss's second search (the groups a user is in, as
-    es_provider/principals.py asks for them)."""
+    es_provider/identity/principals.py asks for them)."""
     def search(query: dict[str, Any], size: int) -> bytes:
         body = json.dumps({"query": query, "size": size, "seq_no_primary_term": True}).encode()
         request = urllib.request.Request(f"{url}/{INDEX}/_search", data=body, method="POST",

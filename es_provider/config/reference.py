@@ -265,8 +265,8 @@ def reference(settings: type[BaseModel] = Settings) -> str:
         doc.heading(2, "Across sections")
         doc.lines += ["Also refused:", ""] + [f"- {_text(rule)}" for rule in rules] + [""]
     head = ["# Configuration reference", "",
-            "<!-- Generated from the models in es_provider/config.py by `make config-reference`"
-            " (es_provider/config_reference.py); do not edit by hand. -->", "", INTRO, ""]
+            "<!-- Generated from the models in es_provider/config/ by `make config-reference`"
+            " (es_provider/config/reference.py); do not edit by hand. -->", "", INTRO, ""]
     head += [f"{'  ' * (level - 2)}- [{title}](#{_slug(title)})" for level, title in doc.contents]
     return "\n".join([*head, "", *doc.lines]).rstrip("\n") + "\n"
 

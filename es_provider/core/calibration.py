@@ -5,12 +5,12 @@ BM25 and vector hits get one logistic mapping each, of what the service knows at
     p = σ(intercept + log_score·ln(s) + relative·s/s_top + log_rank·ln(rank) + lead·(s_top − s_2nd)/s_top)
 
 `s` is the engine's score of the hit (BM25 divided by the query's term count, or Lucene's (1 + cosine)/2), `s_top`
-the best such score of the same search,
-`rank` the hit's 1-based place in it. With log_score ≥ 0, relative ≥ 0 and log_rank ≤ 0 (checked in config.py), p
-never rises as the rank falls: within a mode the order is the engine's. Hybrid fuses the two legs' probabilities,
-`weight·p_bm25 + (1 − weight)·p_vector` (a leg that did not return the hit adds 0), and maps that the same way with
-`ln(f)` as the score. The parameters are fitted on judged queries (`es-provider calibrate`, `fit` below); the
-defaults in config.py come from SciFact train (docs/benchmarks.md "relevance").
+the best such score of the same search, `rank` the hit's 1-based place in it. With log_score ≥ 0, relative ≥ 0 and
+log_rank ≤ 0 (checked in config/knowledge.py), p never rises as the rank falls: within a mode the order is the
+engine's. Hybrid fuses the two legs' probabilities, `weight·p_bm25 + (1 − weight)·p_vector` (a leg that did not
+return the hit adds 0), and maps that the same way with `ln(f)` as the score. The parameters are fitted on judged
+queries (`es-provider calibrate`, `fit` below); the defaults in config/knowledge.py come from SciFact train
+(docs/benchmarks.md "relevance").
 """
 
 from __future__ import annotations

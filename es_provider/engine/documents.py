@@ -12,7 +12,7 @@ from opensearchpy.exceptions import NotFoundError, TransportError
 
 from es_provider.core.deadline import Budget
 from es_provider.core.errors import ErrorCode, KnowledgeError
-from es_provider.engine.errors import _check_conflict, _check_search, _index_missing
+from es_provider.engine.errors import check_conflict, check_search, index_missing
 from es_provider.engine.indices import IndexAdmin
 
 
@@ -77,7 +77,7 @@ class Documents(IndexAdmin):
         try:
             return await self._door.post(path, payload)
         except TransportError as exc:
-            if _index_missing(exc):
+            if index_missing(exc):
                 return None
             raise
 
@@ -99,7 +99,7 @@ class Documents(IndexAdmin):
                         index=index, id=doc_id, body=document, params=params, request_timeout=left)
                     return answer
                 except TransportError as exc:
-                    _check_conflict(exc, f"{doc_id} changed or exists")
+                    check_conflict(exc, f"{doc_id} changed or exists")
                     if exc.status_code != 404 or index_body is None or attempt:
                         raise
                     await self._make_index(index, index_body, left)
@@ -120,7 +120,7 @@ class Documents(IndexAdmin):
             except NotFoundError:
                 return False
             except TransportError as exc:
-                _check_conflict(exc, f"{doc_id} changed")
+                check_conflict(exc, f"{doc_id} changed")
                 raise
 
         return await self._call(None, run, retry=False)
@@ -139,7 +139,7 @@ class Documents(IndexAdmin):
             answer = await self._post_unless_missing(f"/{index}/_search", payload)
             if answer is None:
                 return []
-            _check_search(answer)
+            check_search(answer)
             hits: list[dict[str, Any]] = answer.get("hits", {}).get("hits", [])
             return sorted(hits, key=lambda hit: str(hit["_id"]))  # Elasticsearch 8+ does not sort on _id
 

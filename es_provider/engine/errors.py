@@ -1,7 +1,7 @@
 """The one place where the engine's failures become domain errors: `map_error` and the `engine_errors()` boundary
 every engine call, scans and bulk streams included, runs inside, so nothing opensearch-py raises leaves the engine
-package as anything but a KnowledgeError; the checks that refuse a partial answer (`_check_search`,
-`_check_by_query`), a conditional write's conflict (`_check_conflict`) and the engine's own errors. Separate so that
+package as anything but a KnowledgeError; the checks that refuse a partial answer (`check_search`,
+`check_by_query`), a conditional write's conflict (`check_conflict`) and the engine's own errors. Separate so that
 every module of the engine maps errors the same way, and none of them makes a KnowledgeError of a client's error.
 """
 
@@ -48,7 +48,7 @@ def engine_errors() -> Iterator[None]:
         raise map_error(exc) from exc
 
 
-def _check_search(response: dict[str, Any]) -> None:
+def check_search(response: dict[str, Any]) -> None:
     """A search response that is not a whole answer raises; a partial answer must never look complete."""
     error = response.get("error")
     if error is not None:
@@ -64,7 +64,7 @@ def _check_search(response: dict[str, Any]) -> None:
         raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{shards.get('failed')} shard(s) failed")
 
 
-def _check_by_query(response: dict[str, Any]) -> None:
+def check_by_query(response: dict[str, Any]) -> None:
     """A by-query write that left failures behind did not happen in full: never report it as done."""
     failures = response.get("failures") or []
     if any(blocked_write(f.get("status"), f.get("cause")) for f in failures):
@@ -73,13 +73,13 @@ def _check_by_query(response: dict[str, Any]) -> None:
         raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{len(failures)} write(s) failed: {failures[0]}")
 
 
-def _check_conflict(exc: TransportError, detail: str) -> None:
+def check_conflict(exc: TransportError, detail: str) -> None:
     """A conditional write's 409 (the document changed, or a create found it present) raises VersionConflict."""
     if exc.status_code == 409:
         raise VersionConflict(detail) from None
 
 
-def _index_missing(exc: TransportError) -> bool:
+def index_missing(exc: TransportError) -> bool:
     """The engine's own "no such index", not any 404 (a proxy's, or a wrong path's): only that means "holds none"."""
     return exc.status_code == 404 and exc.error == "index_not_found_exception"
 

@@ -17,7 +17,7 @@ from es_provider.core.deadline import Budget
 from es_provider.core.errors import ErrorCode, KnowledgeError
 from es_provider.engine import dialect
 from es_provider.engine.base import EngineBase
-from es_provider.engine.errors import _check_search, engine_errors
+from es_provider.engine.errors import check_search, engine_errors
 
 _SEARCH_FIELDS = "timed_out,_shards.failed,hits.hits._index,hits.hits._id,hits.hits._score,hits.hits._source"
 _MSEARCH_FIELDS = ",".join(f"responses.{field}" for field in _SEARCH_FIELDS.split(",")) + \
@@ -48,7 +48,7 @@ class Reads(EngineBase):
 
         with self._observed():
             response = await self._call(budget, run)
-            _check_search(response)
+            check_search(response)
         return response
 
     async def msearch(self, index: str, bodies: list[dict[str, Any]], budget: Budget) -> list[dict[str, Any]]:
@@ -65,7 +65,7 @@ class Reads(EngineBase):
             if not isinstance(responses, list) or len(responses) != len(bodies):
                 raise KnowledgeError(ErrorCode.UNAVAILABLE, detail="msearch answered the wrong number of responses")
             for response in responses:
-                _check_search(response)
+                check_search(response)
         return responses
 
     async def scan(self, index: str, *, page: int = 500,

@@ -62,7 +62,7 @@ async def served(request: web.Request) -> web.Response:
                                                                "remote": kit.client_address(request)})
     async with services.admission.slot("access-view"):
         found = await request.app[recorder.RECORDER].find(wanted)
-    return web.json_response({"records": found}, headers=login.HEADERS)
+    return login.json_answer({"records": found})
 
 
 # Added by create_app only with the access record on and `[access_log] view_key_ref` (app[VIEW_KEY] set).

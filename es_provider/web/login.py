@@ -20,7 +20,9 @@ import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
+import orjson
 from aiohttp import web
 
 from es_provider.audit import access
@@ -194,6 +196,13 @@ def guarded(handler: Handler, *, page: bool = False, gate: LoginGate) -> Handler
 @functools.cache
 def _asset(name: str) -> bytes:
     return (STATIC / name).read_bytes()  # read once per process: the files ship with the package
+
+
+def json_answer(value: Any) -> web.Response:
+    """A gated page's JSON answer, never cached; by orjson, so a platform's own bytes embed as they are
+    (orjson.Fragment)."""
+    return web.Response(body=orjson.dumps(value), content_type="application/json", charset="utf-8",
+                        headers=HEADERS)
 
 
 def static(name: str, status: int = 200) -> web.Response:

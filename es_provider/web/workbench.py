@@ -112,10 +112,6 @@ def answered(name: ProtocolName, kb: KnowledgeBase, result: SearchResult) -> kit
     return dify.answered(result)
 
 
-def _json(value: Any) -> web.Response:
-    return web.Response(body=orjson.dumps(value), content_type="application/json", headers=login.HEADERS)
-
-
 async def _read(request: web.Request, model: type[kit.Model]) -> kit.Model:
     services = request.app[SERVICES]
     return kit.validate(model, await kit.read_json(request, services))
@@ -130,13 +126,13 @@ def _kb(services: Services, kb_id: str) -> KnowledgeBase:
 
 async def setup(request: web.Request) -> web.Response:
     settings = request.app[SERVICES].settings
-    return web.json_response({
+    return login.json_answer({
         "knowledge": [{"id": kb.id, "name": kb.name, "retrieval": kb.retrieval, "top_k": kb.top_k,
                        "mandatory_filters": [f.value for f in kb.mandatory_filters],
                        "modes": ["bm25"] if kb.embedder is None else ["bm25", "vector", "hybrid"]}
                       for kb in settings.knowledge],
         "subjects": sorted(settings.principals),
-    }, headers=login.HEADERS)
+    })
 
 
 async def search(request: web.Request) -> web.Response:
@@ -173,7 +169,7 @@ async def search(request: web.Request) -> web.Response:
                 "took_ms": round((time.monotonic() - started) * 1000, 1),
             }
     access.note(request, served=served({c.chunk_id: c for c in shown}.values()))
-    return _json({"identity": _identity_json(identity), "answers": answers})
+    return login.json_answer({"identity": _identity_json(identity), "answers": answers})
 
 
 def _identity_json(identity: Identity) -> dict[str, Any]:
@@ -214,7 +210,7 @@ async def why(request: web.Request) -> web.Response:
             # BM25: a kNN leg finds chunks whose text matches nothing.)
             query_matched = await retriever.matching(kb.alias, ids, text_clause(wanted), budget)
     if result is None:
-        return _json({"identity": _identity_json(identity), "found": 0, "reasons": [],
+        return login.json_answer({"identity": _identity_json(identity), "found": 0, "reasons": [],
                       "message": "no chunk with this id in the knowledge base"})
     ranked = [(c.chunk_id, c.document_id, c.score) for c in result.ranked]
     reasons = explain.explain(
@@ -222,7 +218,7 @@ async def why(request: web.Request) -> web.Response:
         explain.Ranking(ranked, top_k=wanted.top_k, threshold=wanted.score_threshold),
         metadata_matched=metadata_matched, query_matched=query_matched,
         one_per_document=kb.one_chunk_per_document)
-    return _json({
+    return login.json_answer({
         "identity": _identity_json(identity), "protocol": ask.protocol, "found": len(chunks),
         "truncated": len(chunks) >= MAX_DOCUMENT_CHUNKS,
         "appliedFilters": [f.value for f in result.applied_filters],

@@ -108,8 +108,8 @@ def test_engine_errors_map_to_the_same_codes(status, kind, code) -> None:
 ])
 def test_a_failed_search_in_an_msearch_answer_is_never_a_partial_answer(response, code) -> None:
     from es_provider.core.errors import KnowledgeError
-    from es_provider.engine.errors import _check_search
+    from es_provider.engine.errors import check_search
 
     with pytest.raises(KnowledgeError) as refused:
-        _check_search(response)
+        check_search(response)
     assert refused.value.code.value == code

@@ -18,11 +18,15 @@ import org.opensearch.plugins.Plugin;
 /**
  * Starts one real OpenSearch node in this JVM, with the plugin modules on the classpath.
  *
- * Arguments are node settings as key=value (the same names as opensearch.yml). The k-NN plugin is
- * loaded when its class is on the classpath, so the caller decides by what it puts there.
+ * Arguments are node settings as key=value (the same names as opensearch.yml). The k-NN and the security
+ * plugins are loaded when their classes are on the classpath, so the caller decides by what it puts there
+ * (scripts/opensearch-local puts the security plugin there only in its secure mode, with its settings).
  * A shutdown hook closes the node, so SIGTERM is a clean stop.
  */
 public final class LocalNode extends Node {
+
+    /** Optional, like k-NN; unlike k-NN its absence is the normal (plain) mode, so it is not reported. */
+    private static final String SECURITY = "org.opensearch.security.OpenSearchSecurityPlugin";
 
     private static final String[] PLUGIN_CLASSES = {
         "org.opensearch.transport.Netty4Plugin",
@@ -31,6 +35,7 @@ public final class LocalNode extends Node {
         "org.opensearch.index.mapper.MapperExtrasPlugin",
         "org.opensearch.index.reindex.ReindexPlugin",
         "org.opensearch.knn.plugin.KNNPlugin",
+        SECURITY,
     };
 
     private LocalNode(Environment environment, Collection<Class<? extends Plugin>> plugins) {
@@ -49,6 +54,9 @@ public final class LocalNode extends Node {
             try {
                 found.add((Class<? extends Plugin>) Class.forName(name));
             } catch (ClassNotFoundException e) {
+                if (name.equals(SECURITY)) {
+                    continue; // plain mode: no TLS, no authentication
+                }
                 if (!name.contains(".knn.")) {
                     throw new IllegalStateException("plugin class missing from the classpath: " + name, e);
                 }

@@ -2,13 +2,19 @@
 session picks 1. OPENSEARCH_URL, 2. a testcontainers OpenSearch when a Docker engine answers, 3. scripts/opensearch-local.
 With ES_PROVIDER_ENGINE=elasticsearch (or elasticsearch9): 1. ELASTICSEARCH_URL, 2. scripts/elasticsearch-local
 (--version 8 or 9). If none gives a healthy node, every integration test fails. (The fixture keeps its name,
-`opensearch`: it is the engine node, whichever engine it is.)"""
+`opensearch`: it is the engine node, whichever engine it is.)
+
+`secure_opensearch` is a second OpenSearch, with the security plugin on (TLS, internal users, client certificates),
+on port 9230 (ES_PROVIDER_TEST_SECURE_PORT): started by the first test that asks for it (tests/helpers/secure_node.py,
+certificates and users kept in ~/.cache/es-provider/secure-certs), shared by every pytest-xdist process, and stopped
+by the controlling process at the end if this run started it. It does not skip either: it fails."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import tempfile
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -86,6 +92,9 @@ def _start_opensearch() -> tuple[str, str, Any]:
 
 
 STOP_KEY = pytest.StashKey[Any]()
+# The file whichever process starts the secure node writes, so the controlling process knows to stop it at the end.
+SECURE_STARTED_VARIABLE = "ES_PROVIDER_TEST_SECURE_STARTED"
+SECURE_STARTED_KEY = pytest.StashKey[Path]()
 
 
 def _only_unit_tests(config: pytest.Config) -> bool:
@@ -98,7 +107,11 @@ def pytest_configure(config: pytest.Config) -> None:
     """The engine node is found or started ONCE per run, by the controlling process: before pytest-xdist starts its
     workers, which find it through the environment (OPENSEARCH_URL / ELASTICSEARCH_URL); this process stops it at
     the end if it started it. A unit-only run starts nothing. A node that cannot be had is not an error here: every
-    integration test then fails, naming why."""
+    integration test then fails, naming why. (The secure node is started later, by the first test that needs it.)"""
+    if not hasattr(config, "workerinput") and not os.environ.get(SECURE_STARTED_VARIABLE):
+        marker = Path(tempfile.gettempdir()) / f"es-provider-secure-started-{os.getpid()}-{uuid.uuid4().hex}"
+        os.environ[SECURE_STARTED_VARIABLE] = str(marker)
+        config.stash[SECURE_STARTED_KEY] = marker
     if hasattr(config, "workerinput") or _only_unit_tests(config) or os.environ.get(URL_VARIABLE):
         return
     try:
@@ -115,6 +128,31 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     stop = config.stash.get(STOP_KEY, None)
     if stop is not None:
         stop()
+    marker = config.stash.get(SECURE_STARTED_KEY, None)
+    if marker is not None and marker.exists():
+        marker.unlink()
+        if not os.environ.get("ES_PROVIDER_KEEP_OPENSEARCH"):
+            from helpers.secure_node import SECURE_PORT, stop_secure_node
+
+            stop_secure_node(SECURE_PORT)
+
+
+@pytest.fixture(scope="session")
+def secure_opensearch() -> Any:
+    """The secure node (helpers.secure_node.SecureNode): url, port, ca_file, admin_cert, admin_key, passwords (user →
+    password: admin_user, serve_user, ingest_user, directory_user, access_user), client_user, client_cert,
+    client_key, wrong_ca_file, wrong_client_cert, wrong_client_key, directory, security_dir; ssl_context(),
+    admin_context(), client_context(). Found running or started; a failure to start fails the test."""
+    from helpers import secure_node
+
+    try:
+        node = secure_node.start_secure_node(secure_node.prepare())
+    except Exception as exc:  # a node we cannot have is a failure, never a skip
+        pytest.fail(f"no secure OpenSearch on port {secure_node.SECURE_PORT}: {exc}", pytrace=False)
+    marker = os.environ.get(SECURE_STARTED_VARIABLE)
+    if node.started and marker:
+        Path(marker).touch()
+    return node
 
 
 @pytest.fixture(scope="session")

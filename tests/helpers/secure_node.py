@@ -1,0 +1,420 @@
+"""A real OpenSearch with its security plugin for the tests: certificates, users and the plugin's YAMLs in one
+directory (the layout `scripts/opensearch-local start --secure DIR` takes), the node started and stopped through
+that script, and the plugin's REST API called with the admin certificate.
+
+The directory is made once and kept (default ~/.cache/es-provider/secure-certs, shared by every process of a run and
+by later runs): `prepare()` rewrites nothing that is already there and describes the same users and roles, because
+the script wipes the node's data whenever the directory's files change (the security index is initialised from
+the YAMLs only once). A lock file beside it keeps concurrent processes from writing it at once.
+
+Users: `admin_user` (all_access) and one user per duty of the service, each mapped to its own role; the roles are
+a dict the caller may replace (`prepare(roles=...)`, `ROLE_OF`). Passwords are chosen here, kept in the directory
+(`passwords.json`) and handed back. Client certificates: `client_user` (serve_user) signed by the test CA, and the
+same name signed by an unrelated CA (`wrong_ca_file`), to show that another CA's certificates are refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import fcntl
+import hashlib
+import http.client
+import ipaddress
+import json
+import os
+import secrets
+import ssl
+import subprocess
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import bcrypt
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+LOCAL = ROOT / "scripts" / "opensearch-local"
+DEFAULT_DIR = Path(os.environ.get("ES_PROVIDER_SECURE_DIR", Path.home() / ".cache" / "es-provider" / "secure-certs"))
+SECURE_PORT = int(os.environ.get("ES_PROVIDER_TEST_SECURE_PORT", "9230"))
+
+ADMIN_USER = "admin_user"
+DUTY_USERS = ("serve_user", "ingest_user", "directory_user", "access_user")
+USERS = (ADMIN_USER, *DUTY_USERS)
+CLIENT_USER = "serve_user"
+INDEX_PATTERNS = ("kb-*", "es-provider-*")
+# The role each user is mapped to (roles_mapping.yml `users:`); all_access is one of the plugin's own static roles.
+ROLE_OF = {ADMIN_USER: "all_access", **{user: f"es_provider_{user.removesuffix('_user')}" for user in DUTY_USERS}}
+
+# The files the script takes (scripts/opensearch-local's SECURITY_FILES) and the extra ones the tests use.
+CA, NODE_CERT, NODE_KEY, ADMIN_CERT, ADMIN_KEY = "root-ca.pem", "node.pem", "node-key.pem", "admin.pem", "admin-key.pem"
+CLIENT_CERT, CLIENT_KEY = "client.pem", "client-key.pem"
+WRONG_CA, WRONG_CLIENT_CERT, WRONG_CLIENT_KEY = "wrong-ca.pem", "wrong-client.pem", "wrong-client-key.pem"
+SECURITY = "opensearch-security"
+PASSWORDS = "passwords.json"
+SPEC = "spec.json"  # what the YAMLs were written from: they are rewritten only when it changes
+BCRYPT_ROUNDS = 10  # test passwords; the plugin (password4j) checks any $2a$/$2b$/$2y$ cost
+
+
+def duty_role(*actions: str) -> dict[str, Any]:
+    """A role on the service's index patterns. For now broad (indices_all); the least-privilege definitions replace
+    these through `prepare(roles=...)`."""
+    return {
+        "cluster_permissions": ["cluster_monitor", "cluster_composite_ops"],
+        "index_permissions": [{"index_patterns": list(INDEX_PATTERNS), "allowed_actions": list(actions or ["indices_all"])}],
+    }
+
+
+def default_roles() -> dict[str, dict[str, Any]]:
+    """roles.yml's roles (besides the plugin's static ones such as all_access), by name."""
+    return {ROLE_OF[user]: duty_role() for user in DUTY_USERS}
+
+
+def default_mapping() -> dict[str, list[str]]:
+    """roles_mapping.yml: role → the users mapped to it."""
+    mapping: dict[str, list[str]] = {}
+    for user, role in ROLE_OF.items():
+        mapping.setdefault(role, []).append(user)
+    return mapping
+
+
+@dataclass(frozen=True)
+class SecureFiles:
+    """The directory `prepare()` made: what a test needs to reach the node."""
+
+    directory: Path
+    ca_file: Path
+    node_cert: Path
+    node_key: Path
+    admin_cert: Path
+    admin_key: Path
+    client_cert: Path
+    client_key: Path
+    client_user: str
+    wrong_ca_file: Path
+    wrong_client_cert: Path
+    wrong_client_key: Path
+    passwords: dict[str, str] = field(repr=False)
+
+    @property
+    def security_dir(self) -> Path:
+        return self.directory / SECURITY
+
+    def ssl_context(self, *, ca_file: Path | None = None, cert: Path | None = None,
+                    key: Path | None = None) -> ssl.SSLContext:
+        """A client context trusting `ca_file` (default: the test CA), optionally presenting a certificate."""
+        return ssl_context(ca_file or self.ca_file, cert, key)
+
+    def admin_context(self) -> ssl.SSLContext:
+        return self.ssl_context(cert=self.admin_cert, key=self.admin_key)
+
+    def client_context(self) -> ssl.SSLContext:
+        """Presents `client_user`'s certificate (no password needed)."""
+        return self.ssl_context(cert=self.client_cert, key=self.client_key)
+
+
+@dataclass(frozen=True)
+class SecureNode(SecureFiles):
+    """A running secure node and its files."""
+
+    url: str = ""
+    port: int = SECURE_PORT
+    started: bool = False  # by this call (else it was already running)
+
+
+def ssl_context(ca_file: Path | None, cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+    if cert is not None:
+        context.load_cert_chain(str(cert), str(key) if key else None)
+    return context
+
+
+# Certificates
+
+
+def _key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def _pkcs8(key: rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _builder(subject: str, issuer: x509.Name, public_key: Any) -> x509.CertificateBuilder:
+    now = datetime.datetime.now(datetime.UTC)
+    return (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(issuer).public_key(public_key)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=3650)))
+
+
+def make_ca(common_name: str) -> tuple[x509.Certificate, rsa.RSAPrivateKey]:
+    key = _key()
+    cert = (_builder(common_name, _name(common_name), key.public_key())
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256()))
+    return cert, key
+
+
+def issue(ca: tuple[x509.Certificate, rsa.RSAPrivateKey], common_name: str, *, server: bool = False
+          ) -> tuple[x509.Certificate, rsa.RSAPrivateKey]:
+    """A leaf certificate with the subject CN=`common_name` alone (the plugin matches whole DNs: CN=admin,
+    CN=node). A server certificate is for 127.0.0.1 and localhost, and serves as the transport's client too."""
+    ca_cert, ca_key = ca
+    key = _key()
+    usages = [ExtendedKeyUsageOID.CLIENT_AUTH] + ([ExtendedKeyUsageOID.SERVER_AUTH] if server else [])
+    builder = (_builder(common_name, ca_cert.subject, key.public_key())
+               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+               .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=True, content_commitment=False,
+                                            data_encipherment=False, key_agreement=False, key_cert_sign=False,
+                                            crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+               .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False))
+    if server:
+        builder = builder.add_extension(x509.SubjectAlternativeName(
+            [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]), critical=False)
+    return builder.sign(ca_key, hashes.SHA256()), key
+
+
+def _write(path: Path, data: bytes, mode: int = 0o644) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.chmod(mode)
+    tmp.replace(path)
+
+
+def _pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def write_certificates(directory: Path, client_user: str = CLIENT_USER) -> None:
+    """The test CA, the node, admin and client certificates, and the unrelated CA with its own client certificate;
+    keys in PKCS#8. Files already there are kept (all or nothing: a partial set is made anew)."""
+    names = (CA, NODE_CERT, NODE_KEY, ADMIN_CERT, ADMIN_KEY, CLIENT_CERT, CLIENT_KEY, WRONG_CA, WRONG_CLIENT_CERT,
+             WRONG_CLIENT_KEY)
+    if all((directory / name).is_file() for name in names):
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = make_ca("es-provider test CA")
+    wrong = make_ca("an unrelated CA")
+    for (cert, key), cert_name, key_name in (
+        (issue(ca, "node", server=True), NODE_CERT, NODE_KEY),
+        (issue(ca, "admin"), ADMIN_CERT, ADMIN_KEY),
+        (issue(ca, client_user), CLIENT_CERT, CLIENT_KEY),
+        (issue(wrong, client_user), WRONG_CLIENT_CERT, WRONG_CLIENT_KEY),
+    ):
+        _write(directory / key_name, _pkcs8(key), 0o600)
+        _write(directory / cert_name, _pem(cert))
+    _write(directory / WRONG_CA, _pem(wrong[0]))
+    _write(directory / CA, _pem(ca[0]))  # last: stale node data is wiped because this changes
+
+
+# The security plugin's YAMLs
+
+CONFIG = {
+    "_meta": {"type": "config", "config_version": 2},
+    "config": {"dynamic": {
+        "http": {"anonymous_auth_enabled": False, "xff": {"enabled": False}},
+        "authc": {
+            "clientcert_auth_domain": {
+                "description": "Authenticate via SSL client certificates (CN = internal user name)",
+                "http_enabled": True, "transport_enabled": False, "order": 2,
+                "http_authenticator": {"type": "clientcert", "config": {"username_attribute": "cn"},
+                                       "challenge": False},
+                "authentication_backend": {"type": "noop"},
+            },
+            "basic_internal_auth_domain": {
+                "description": "Authenticate via HTTP Basic against internal users database",
+                "http_enabled": True, "transport_enabled": True, "order": 4,
+                "http_authenticator": {"type": "basic", "challenge": True},
+                "authentication_backend": {"type": "intern"},
+            },
+        },
+        "authz": {},
+    }},
+}
+# The plugin's shipped defaults (config/ in the zip) for the files the tests do not shape.
+ACTION_GROUPS = {"_meta": {"type": "actiongroups", "config_version": 2}}
+TENANTS = {"_meta": {"type": "tenants", "config_version": 2}}
+NODES_DN = {"_meta": {"type": "nodesdn", "config_version": 2}}
+ALLOWLIST = {"_meta": {"type": "allowlist", "config_version": 2},
+             "config": {"enabled": False, "requests": {"/_cluster/settings": ["GET"], "/_cat/nodes": ["GET"]}}}
+AUDIT = {"_meta": {"type": "audit", "config_version": 2},
+         "config": {"enabled": False, "audit": {}, "compliance": {"enabled": False}}}
+
+
+def hash_password(password: str) -> str:
+    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(BCRYPT_ROUNDS)).decode()
+
+
+def write_security_config(directory: Path, passwords: Mapping[str, str], roles: Mapping[str, Any],
+                          mapping: Mapping[str, Sequence[str]]) -> None:
+    security = directory / SECURITY
+    security.mkdir(parents=True, exist_ok=True)
+    users = {name: {"hash": hash_password(password), "reserved": False, "description": f"es-provider test: {name}"}
+             for name, password in passwords.items()}
+    documents = {
+        "config.yml": CONFIG,
+        "internal_users.yml": {"_meta": {"type": "internalusers", "config_version": 2}, **users},
+        "roles.yml": {"_meta": {"type": "roles", "config_version": 2}, **roles},
+        "roles_mapping.yml": {"_meta": {"type": "rolesmapping", "config_version": 2},
+                              **{role: {"reserved": False, "users": list(names)} for role, names in mapping.items()}},
+        "action_groups.yml": ACTION_GROUPS,
+        "tenants.yml": TENANTS,
+        "nodes_dn.yml": NODES_DN,
+        "allowlist.yml": ALLOWLIST,
+        "audit.yml": AUDIT,
+    }
+    for name, document in documents.items():
+        _write(security / name, ("---\n" + yaml.safe_dump(document, sort_keys=False)).encode())
+
+
+@contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    """One process at a time writes (or starts the node from) `directory`: pytest-xdist's workers share it."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.parent / f".{directory.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def files_of(directory: Path, client_user: str = CLIENT_USER) -> SecureFiles:
+    return SecureFiles(
+        directory=directory, ca_file=directory / CA, node_cert=directory / NODE_CERT, node_key=directory / NODE_KEY,
+        admin_cert=directory / ADMIN_CERT, admin_key=directory / ADMIN_KEY, client_cert=directory / CLIENT_CERT,
+        client_key=directory / CLIENT_KEY, client_user=client_user, wrong_ca_file=directory / WRONG_CA,
+        wrong_client_cert=directory / WRONG_CLIENT_CERT, wrong_client_key=directory / WRONG_CLIENT_KEY,
+        passwords=json.loads((directory / PASSWORDS).read_text()))
+
+
+def prepare(directory: Path = DEFAULT_DIR, *, users: Sequence[str] = USERS,
+            roles: Mapping[str, Any] | None = None, mapping: Mapping[str, Sequence[str]] | None = None,
+            client_user: str = CLIENT_USER) -> SecureFiles:
+    """Makes (or keeps) the certificates, the users' passwords and the YAMLs in `directory`. `roles` (roles.yml,
+    name → definition) and `mapping` (role → users) default to one broad role per duty; passing other ones
+    rewrites the YAMLs, and the next start then begins with empty data."""
+    directory = Path(directory)
+    roles = default_roles() if roles is None else roles
+    mapping = default_mapping() if mapping is None else mapping
+    with locked(directory):
+        write_certificates(directory, client_user)
+        password_file = directory / PASSWORDS
+        known: dict[str, str] = json.loads(password_file.read_text()) if password_file.is_file() else {}
+        passwords = {user: known.get(user) or secrets.token_urlsafe(18) for user in users}
+        if passwords != known:
+            _write(password_file, json.dumps(passwords, indent=2).encode(), 0o600)
+        spec = json.dumps({"passwords": hashlib.sha256(json.dumps(passwords, sort_keys=True).encode()).hexdigest(),
+                           "roles": roles, "mapping": mapping, "config": CONFIG}, sort_keys=True)
+        spec_file = directory / SPEC
+        if not spec_file.is_file() or spec_file.read_text() != spec or not (directory / SECURITY).is_dir():
+            write_security_config(directory, passwords, roles, mapping)
+            _write(spec_file, spec.encode())
+        return files_of(directory, client_user)
+
+
+# The node
+
+
+def _env(port: int) -> dict[str, str]:
+    return {**os.environ, "OPENSEARCH_PORT": str(port)}
+
+
+def is_running(files: SecureFiles, port: int = SECURE_PORT) -> bool:
+    return subprocess.run([str(LOCAL), "status"], env=_env(port), capture_output=True).returncode == 0
+
+
+def start_secure_node(files: SecureFiles, port: int = SECURE_PORT, heap: str = "512m") -> SecureNode:
+    """Starts (or finds) the secure node on `port` with `files`, through scripts/opensearch-local; returns once it
+    is healthy. Raises RuntimeError with the script's output when it cannot."""
+    with locked(files.directory):
+        already = is_running(files, port)
+        done = subprocess.run([str(LOCAL), "start", "--secure", str(files.directory)],
+                              env={**_env(port), "OPENSEARCH_HEAP": heap}, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"scripts/opensearch-local start --secure {files.directory} (port {port}) failed:\n"
+                           f"{done.stderr[-4000:]}")
+    url = done.stdout.strip().splitlines()[-1]
+    values = {f.name: getattr(files, f.name) for f in fields(files)}
+    return SecureNode(**values, url=url, port=port, started=not already)
+
+
+def stop_secure_node(port: int = SECURE_PORT) -> None:
+    done = subprocess.run([str(LOCAL), "stop"], env=_env(port), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"scripts/opensearch-local stop (port {port}) failed:\n{done.stderr[-4000:]}")
+
+
+# The security plugin's REST API, with the admin certificate
+
+
+def request(node: SecureNode, method: str, path: str, body: Any = None, *, context: ssl.SSLContext | None = None,
+            basic: tuple[str, str] | None = None, timeout: float = 30) -> tuple[int, Any]:
+    """One HTTPS request to the node (admin certificate unless told otherwise); (status, JSON body or text)."""
+    connection = http.client.HTTPSConnection("127.0.0.1", node.port, context=context or node.admin_context(),
+                                             timeout=timeout)
+    headers = {"Content-Type": "application/json"}
+    if basic is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{basic[0]}:{basic[1]}".encode()).decode()
+    try:
+        connection.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
+        response = connection.getresponse()
+        raw = response.read().decode()
+    finally:
+        connection.close()
+    try:
+        return response.status, json.loads(raw)
+    except ValueError:
+        return response.status, raw
+
+
+def security_api(node: SecureNode, method: str, kind: str, name: str, body: Any = None) -> Any:
+    """`kind`: internalusers, roles, rolesmapping, actiongroups…; raises on anything but 200/201."""
+    status, answer = request(node, method, f"/_plugins/_security/api/{kind}/{name}", body)
+    if status not in (200, 201):
+        raise RuntimeError(f"{method} {kind}/{name}: {status} {answer}")
+    return answer
+
+
+def put_user(node: SecureNode, name: str, password: str, *, backend_roles: Sequence[str] = ()) -> Any:
+    return security_api(node, "PUT", "internalusers", name, {"password": password, "backend_roles": list(backend_roles)})
+
+
+def put_role(node: SecureNode, name: str, definition: Mapping[str, Any]) -> Any:
+    return security_api(node, "PUT", "roles", name, dict(definition))
+
+
+def put_role_mapping(node: SecureNode, role: str, users: Sequence[str] = (), backend_roles: Sequence[str] = ()) -> Any:
+    return security_api(node, "PUT", "rolesmapping", role, {"users": list(users), "backend_roles": list(backend_roles)})
+
+
+def delete(node: SecureNode, kind: str, name: str) -> Any:
+    return security_api(node, "DELETE", kind, name)
+
+
+def main() -> None:  # python -m helpers.secure_node [DIR]: writes the directory, prints it and the passwords
+    import sys
+
+    files = prepare(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_DIR)
+    print(files.directory)
+    print(json.dumps(files.passwords, indent=2))
+
+
+if __name__ == "__main__":
+    main()

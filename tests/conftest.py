@@ -330,6 +330,7 @@ ENGINES = (
     "tests/integration/test_reliability_vector.py::",
     "tests/integration/test_reliability_reindex.py::",
     "tests/integration/test_principal_store.py::",
+    "tests/integration/test_elastic_api_key.py::",
     *(f"tests/integration/test_sparktide_answers.py::{name}" for name in (
         "test_each_identity_gets_exactly_the_oracle_set", "test_trusted_context_and_query_text_never_change_filters",
         "test_recheck_drops_mismatches_before_cutting_to_top_k", "test_applied_filters_follow_the_built_query",

@@ -14,7 +14,7 @@ import orjson
 
 from es_provider.cli.common import EXIT_USAGE, fail, with_config
 from es_provider.config.settings import Settings
-from es_provider.engine.client import Engine
+from es_provider.engine.client import connect
 
 
 def cmd_access(args: argparse.Namespace, settings: Settings) -> int:
@@ -31,7 +31,7 @@ def cmd_access(args: argparse.Namespace, settings: Settings) -> int:
     found: list[dict[str, Any]] = []
     if "index" in config.sinks:
         async def read() -> list[dict[str, Any]]:
-            engine = Engine(config.url or settings.opensearch.url, timeout_s=settings.opensearch.timeout_s)
+            engine = connect(config.own_engine() or settings.opensearch, timeout_s=settings.opensearch.timeout_s)
             try:
                 return await recorder.find_in_index(engine, config.index, wanted)
             finally:

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from es_provider.config.knowledge import KnowledgeBase
 from es_provider.config.settings import ConfigError, Settings
-from es_provider.engine.client import Engine
+from es_provider.engine.client import Engine, connect
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -29,7 +29,7 @@ def find_kb(settings: Settings, kb_id: str) -> KnowledgeBase:
 
 
 async def with_engine(settings: Settings, work: Callable[[Engine], Awaitable[int]]) -> int:
-    engine = Engine(settings.opensearch.url, timeout_s=settings.opensearch.timeout_s)
+    engine = connect(settings.opensearch)
     try:
         return await work(engine)
     finally:

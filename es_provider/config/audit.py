@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from es_provider.config.cluster import OpenSearchSettings
 from es_provider.config.model import ConfigModel, EnvName
 
 SinkName = Literal["index", "file"]
@@ -27,8 +28,10 @@ class AccessLogSettings(ConfigModel):
     index: str = Field(default="es-provider-access", pattern=r"^[a-z0-9][a-z0-9_.-]{0,180}$")
     """The daily indices' prefix."""
     url: str | None = None
-    """The engine that holds the records: unset, the one in [opensearch] (a separate cluster may keep them
-    instead)."""
+    """A separate cluster's URL, with no TLS or credentials settings (a shorthand for [access_log.engine] url);
+    unset with no [access_log.engine]: the records go to the engine in [opensearch]."""
+    engine: OpenSearchSettings | None = None
+    """A separate cluster that keeps the records, described as [opensearch] is (TLS, credentials by reference)."""
     directory: str | None = None
     """The "file" sink: where `access-YYYY-MM-DD.jsonl` files are written."""
     retention_days: int = Field(default=90, ge=1, le=36500)
@@ -72,4 +75,12 @@ class AccessLogSettings(ConfigModel):
             raise ValueError("sinks has duplicates")
         if self.max_delay_s < 2 * self.flush_interval_s:
             raise ValueError("max_delay_s must be at least twice flush_interval_s (records wait that long anyway)")
+        if self.url is not None and self.engine is not None:
+            raise ValueError("url and engine both name the records' cluster: keep engine")
         return self
+
+    def own_engine(self) -> OpenSearchSettings | None:
+        """The records' own cluster, if they have one."""
+        if self.engine is not None:
+            return self.engine
+        return OpenSearchSettings(url=self.url) if self.url is not None else None

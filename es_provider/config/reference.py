@@ -1,7 +1,7 @@
 """Pure: the configuration reference (docs/configuration.md) from the settings models (Settings in settings.py, the
-sections in serving.py, knowledge.py, identity.py and audit.py) — every section and field with its type, default,
-constraints and description (the field's docstring), and the rules checked across fields (the models' validators'
-messages). Nothing here is written by hand twice: change a model, then run
+sections in cluster.py, serving.py, knowledge.py, identity.py and audit.py) — every section and field with its
+type, default, constraints and description (the field's docstring), and the rules checked across fields (the
+models' validators' messages). Nothing here is written by hand twice: change a model, then run
 
     make config-reference        # or: python -m es_provider.config.reference > docs/configuration.md
 
@@ -32,8 +32,8 @@ annotated one in [operations.md](operations.md#configuration-file)), validated a
 service with the key named (`knowledge.0.top_k: Input should be less than or equal to 10`). Every table refuses
 keys it does not know, and values are strict: no `"5"` for 5, no `true` for 1 (an integer is accepted where a
 number is asked). Secrets are never in the file: each `secret_ref` / `key_ref` / `token_ref` names an environment
-variable (or `NAME_FILE`, a file holding it); a missing one stops the service. `OPENSEARCH_URL`, when set,
-overrides `[opensearch] url`."""
+variable (or `NAME_FILE`, a file holding it); a missing one stops the service. `OPENSEARCH_URL` (or
+`OPENSEARCH_URL_FILE`), when set, overrides `[opensearch] url`."""
 
 
 def _flat(text: str | None) -> str:
@@ -192,6 +192,7 @@ class _Doc:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.contents: list[tuple[int, str]] = []
+        self.shown: set[type[BaseModel]] = set()
 
     def heading(self, level: int, title: str) -> None:
         self.contents.append((level, title))
@@ -228,9 +229,12 @@ def _section(doc: _Doc, title: str, model: type[BaseModel], description: str | N
         if text:
             doc.paragraph(text)
     doc.table(model, instance)
+    doc.shown.add(model)
     for name, field in model.model_fields.items():
-        nested = field.annotation
-        if isinstance(nested, type) and issubclass(nested, BaseModel):
+        nested = _model_of(field.annotation)
+        if nested is None:  # an optional table; one already shown ([opensearch] as [access_log.engine]) is not repeated
+            nested = next((m for m in map(_model_of, get_args(field.annotation)) if m not in (None, *doc.shown)), None)
+        if nested is not None:
             inner = getattr(instance, name) if instance is not None else field.default
             _section(doc, f"[{title.strip('[]')}.{name}]", nested, field.description, level=level + 1,
                      instance=inner if isinstance(inner, BaseModel) else None)

@@ -1,6 +1,6 @@
-"""The sections about reaching the engine and serving the callers: [opensearch] (the engine connection), [server]
-(bodies, deadlines, admission, replays), [[api_keys]] (the AgentArts and Dify callers' credentials) and
-[workbench] (the operators' page). Apart from the knowledge bases, which these name only by id.
+"""The sections about serving the callers: [server] (bodies, deadlines, admission, replays), [[api_keys]] (the
+AgentArts and Dify callers' credentials) and [workbench] (the operators' page). Apart from the knowledge bases,
+which these name only by id, and from the engine connection (cluster.py).
 """
 
 from __future__ import annotations
@@ -10,19 +10,6 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from es_provider.config.model import ConfigModel, EnvName
-
-
-class OpenSearchSettings(ConfigModel):
-    """The engine: an OpenSearch 2.x or Elasticsearch 8 or 9 cluster."""
-
-    url: str = "http://127.0.0.1:9200"
-    """The engine's URL, or several nodes, comma-separated (requests go round-robin; a retry after a connection
-    failure goes to the next node). `OPENSEARCH_URL` overrides it."""
-    timeout_s: float = Field(default=30.0, gt=0)
-    """Upper bound for one engine call when no caller deadline applies (admin commands, readiness)."""
-    write_block_wait_s: float = Field(default=600.0, gt=0)
-    """How long a write (ingest, acl, delete) waits out an index write block (a reindex copying the index) before it
-    fails loudly; it then retries through the alias, which names the new index."""
 
 
 class ServerSettings(ConfigModel):

@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError, model_validator
 
 from es_provider.config.audit import AccessLogSettings
+from es_provider.config.cluster import OpenSearchSettings
 from es_provider.config.identity import DirectorySettings, ScimSettings
 from es_provider.config.knowledge import (
     EmbedderSettings,
@@ -24,7 +25,7 @@ from es_provider.config.knowledge import (
     ScoringSettings,
 )
 from es_provider.config.model import ConfigModel, Ident
-from es_provider.config.serving import ApiKey, OpenSearchSettings, ServerSettings, WorkbenchSettings
+from es_provider.config.serving import ApiKey, ServerSettings, WorkbenchSettings
 
 
 class Settings(ConfigModel):
@@ -115,14 +116,27 @@ def _format(error: ValidationError) -> str:
     return "; ".join(lines)
 
 
+def _env_url(env: Mapping[str, str]) -> str | None:
+    """`OPENSEARCH_URL`, or the file `OPENSEARCH_URL_FILE` names, as the other secrets are read."""
+    if env.get("OPENSEARCH_URL"):
+        return env["OPENSEARCH_URL"]
+    if env.get("OPENSEARCH_URL_FILE"):
+        try:
+            return Path(env["OPENSEARCH_URL_FILE"]).read_text(encoding="utf-8").strip() or None
+        except OSError:
+            raise ConfigError("the file named by OPENSEARCH_URL_FILE cannot be read") from None
+    return None
+
+
 def parse_settings(text: str, environ: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}") from None
-    if env.get("OPENSEARCH_URL"):
-        raw.setdefault("opensearch", {})["url"] = env["OPENSEARCH_URL"]
+    url = _env_url(env)
+    if url:
+        raw.setdefault("opensearch", {})["url"] = url
     try:
         return Settings.model_validate(raw)
     except ValidationError as exc:

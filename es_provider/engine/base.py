@@ -14,18 +14,41 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from opensearchpy import AsyncOpenSearch
+from opensearchpy.exceptions import TransportError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_before_delay, wait_exponential
 
 from es_provider.core.deadline import Budget, fixed_budget
 from es_provider.core.errors import ErrorCode, KnowledgeError
 from es_provider.engine import dialect
+from es_provider.engine.connection import Connection, Node
+from es_provider.engine.credentials import Authorizer
 from es_provider.engine.dialect import Flavor
 from es_provider.engine.errors import UnsupportedEngineError, engine_errors
 from es_provider.engine.transient import never_sent, transient
-from es_provider.engine.transport import OrjsonSerializer, SearchDoor
+from es_provider.engine.transport import ClientConnection, OrjsonSerializer, SearchDoor
 
 log = logging.getLogger("es_provider.engine")
 T = TypeVar("T")
+
+
+def _host(node: Node) -> dict[str, Any]:
+    return {"host": node.host, "port": node.port, "use_ssl": node.scheme == "https", "url_prefix": node.prefix}
+
+
+def _refused_credentials(exc: BaseException) -> bool:
+    return isinstance(exc, TransportError) and exc.status_code == 401
+
+
+def _client_auth(auth: Authorizer | None) -> Callable[..., dict[str, str]] | None:
+    """opensearch-py calls a callable `http_auth(method=, url=, body=, headers=)` for every request and adds the
+    headers it returns: the one authorizer then serves both clients, rotation and signing included."""
+    if auth is None:
+        return None
+
+    def headers(method: str, url: str, body: bytes | None, headers: dict[str, str]) -> dict[str, str]:
+        return auth(method, url, body)
+
+    return headers
 
 
 class EngineBase:
@@ -33,22 +56,25 @@ class EngineBase:
     learns of the engine (flavor, plugins, modules)."""
 
     def __init__(
-        self, url: str, *, timeout_s: float = 30.0, observe: Callable[[str, float, bool], None] | None = None,
-        by_query: bool | None = None,
+        self, connection: Connection | str, *, timeout_s: float = 30.0,
+        observe: Callable[[str, float, bool], None] | None = None, by_query: bool | None = None,
     ) -> None:
-        """`by_query`: None asks the engine whether it has `_by_query`/`_reindex`; False forces the core-API path
-        (tests run it on OpenSearch too)."""
-        self.url = url
+        """`connection`: connection.py's model ([opensearch] read by `from_settings`), or a plain URL (a node
+        without security: tests, benchmarks). `by_query`: None asks the engine whether it has
+        `_by_query`/`_reindex`; False forces the core-API path (tests run it on OpenSearch too)."""
+        self.connection = connection if isinstance(connection, Connection) else Connection.plain(connection)
+        self.url = self.connection.url
         self._timeout_s = timeout_s
         self._observe = observe
-        # Retries are ours (tenacity, bounded by each request's budget), not the client's.
-        # Several nodes may be given comma-separated: requests go round-robin, and a retry after a connection
-        # failure goes to the next node.
-        hosts = [host.strip() for host in url.split(",") if host.strip()]
+        # Retries are ours (tenacity, bounded by each request's budget), not the client's. Several nodes: requests
+        # go round-robin, and a retry after a connection failure goes to the next node.
         self._client = AsyncOpenSearch(
-            hosts=hosts, timeout=timeout_s, max_retries=0, retry_on_timeout=False, serializer=OrjsonSerializer()
+            hosts=[_host(node) for node in self.connection.nodes], timeout=timeout_s, max_retries=0,
+            retry_on_timeout=False, serializer=OrjsonSerializer(), ssl_context=self.connection.tls,
+            http_auth=_client_auth(self.connection.auth), http_compress=False,
+            connection_class=ClientConnection,
         )
-        self._door = SearchDoor(hosts)
+        self._door = SearchDoor(self.connection)
         self._flavor: Flavor | None = None  # which engine answers: learnt from GET / at the first call that cares
         self._by_query = by_query
 
@@ -66,6 +92,7 @@ class EngineBase:
     async def close(self) -> None:
         await self._client.close()
         self._door.close()
+        await self.connection.close()
 
     def _default_budget(self) -> Budget:
         return fixed_budget(int(self._timeout_s * 1000), now_monotonic=time.monotonic())
@@ -75,7 +102,19 @@ class EngineBase:
         remaining = budget.remaining(time.monotonic())
         if remaining <= 0:
             raise KnowledgeError(ErrorCode.TIMED_OUT, detail="budget spent before the engine call")
+        try:
+            return await self._attempts(budget, call, retry=retry)
+        except KnowledgeError as exc:
+            if self.connection.may_want_client_cert and "disconnected" in (exc.detail or "").lower():
+                # A TLS 1.3 server that wants a client certificate just closes the connection: say so.
+                exc.detail = (f"{exc.detail}; the engine closed the TLS connection before answering: if it asks "
+                              "for a client certificate, set [opensearch] client_cert_file and client_key_file")
+            raise
+
+    async def _attempts(self, budget: Budget, call: Callable[[float], Awaitable[T]], *, retry: bool) -> T:
+        remaining = budget.remaining(time.monotonic())
         with engine_errors():
+            await self.connection.prepare()
             # The first attempt runs bare (the hot path); tenacity takes over only after a transient failure.
             # A write that must not run twice (retry=False) is still sent to the next node when no node got it.
             worth_retrying = transient if retry else never_sent
@@ -83,6 +122,10 @@ class EngineBase:
                 async with asyncio.timeout(remaining):
                     return await call(remaining)
             except Exception as exc:
+                if _refused_credentials(exc) and self.connection.renew():
+                    log.info("engine refused the credential; resending with the rotated one")
+                    async with asyncio.timeout(max(0.001, budget.remaining(time.monotonic()))):
+                        return await call(budget.remaining(time.monotonic()))
                 if not worth_retrying(exc):
                     raise
             await asyncio.sleep(min(0.05, max(0.0, budget.remaining(time.monotonic()))))

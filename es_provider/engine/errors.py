@@ -7,6 +7,7 @@ every module of the engine maps errors the same way, and none of them makes a Kn
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -25,15 +26,58 @@ def map_error(exc: BaseException) -> KnowledgeError:
     if isinstance(exc, TimeoutError | ConnectionTimeout):
         return KnowledgeError(ErrorCode.TIMED_OUT, detail=f"engine call timed out: {type(exc).__name__}")
     if isinstance(exc, OSConnectionError):
-        return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"engine unreachable: {exc}")
+        return KnowledgeError(ErrorCode.UNAVAILABLE, detail=_tls_reason(exc) or f"engine unreachable: {exc}")
     if isinstance(exc, TransportError) and blocked_write(exc.status_code, exc.info):
         return WriteBlocked(f"engine refused a write: index write-blocked ({exc.status_code})")
     if isinstance(exc, TransportError):
         status = exc.status_code if isinstance(exc.status_code, int) else 0
         if status == 429 or "rejected_execution" in str(exc.error):
             return KnowledgeError(ErrorCode.RATE_LIMITED, detail=f"engine rejected: {exc}")
+        if status == 401:
+            return KnowledgeError(ErrorCode.UNAVAILABLE, detail=(
+                "engine refused the service's credentials (401): check [opensearch] username + password_ref, "
+                "api_key_ref, aws or the client certificate"))
+        if status == 403 and "security_exception" in str(exc.error):
+            return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"engine refused a privilege (403): {_reason(exc)}; "
+                                  "`es-provider check --duty …` lists what to grant")
         return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"engine error {status}: {exc}")
     return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"unexpected engine failure: {exc!r}")
+
+
+def _reason(exc: TransportError) -> str:
+    info = exc.info
+    if isinstance(info, dict) and isinstance(info.get("error"), dict):
+        return str(info["error"].get("reason") or exc.error)
+    return str(exc.error)
+
+
+def _tls_reason(exc: BaseException) -> str | None:
+    """What a failed TLS handshake means for the operator, naming the key to set; None when it was not TLS."""
+    seen: set[int] = set()
+    waiting: list[BaseException] = [exc]
+    while waiting:
+        current = waiting.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLCertVerificationError):
+            # aiohttp's ClientConnectorCertificateError is one too, holding the real one as certificate_error.
+            why = getattr(current, "verify_message", None) or getattr(
+                getattr(current, "certificate_error", None), "verify_message", None) or "certificate verify failed"
+            return (f"the engine's TLS certificate is not trusted ({why}): set [opensearch] ca_file to the CA that "
+                    "signed it, or ca_fingerprint")
+        if isinstance(current, ssl.SSLError):
+            reason = str(current.reason or current)
+            if "CERTIFICATE_REQUIRED" in reason.upper() or "BAD_CERTIFICATE" in reason.upper():
+                return (f"the engine asks for a client certificate ({reason}): set [opensearch] client_cert_file "
+                        "and client_key_file")
+            return f"TLS with the engine failed: {reason}"
+        # aiohttp keeps the cause as certificate_error / os_error, opensearch-py as info.
+        for name in ("certificate_error", "os_error", "info", "__cause__", "__context__"):
+            following = getattr(current, name, None)
+            if isinstance(following, BaseException):
+                waiting.append(following)
+    return None
 
 
 @contextmanager

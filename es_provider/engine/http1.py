@@ -10,14 +10,14 @@ new one. Everything else (admin, bulk, scans) keeps opensearch-py.
 from __future__ import annotations
 
 import asyncio
-import base64
 import ssl
 from collections import deque
-from urllib.parse import unquote, urlsplit
 
 import httptools
 
 from es_provider.core.errors import ConnectFailed, Disconnected
+from es_provider.engine.connection import Node
+from es_provider.engine.credentials import Authorizer
 
 
 class _Connection(asyncio.Protocol):
@@ -43,7 +43,9 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.reusable = False
-        self._fail(Disconnected(f"connection closed{f': {exc}' if exc else ''}"))
+        error = Disconnected(f"connection closed{f': {exc}' if exc else ''}")
+        error.__cause__ = exc  # a TLS alert (a client certificate asked for) is read from it
+        self._fail(error)
 
     # httptools callbacks
     def on_body(self, body: bytes) -> None:
@@ -75,21 +77,18 @@ class _Connection(asyncio.Protocol):
 
 
 class Pool:
-    """Keep-alive connections to one node (`base`: scheme://[user:password@]host:port). At most `keep` idle
-    connections are kept; more may be open at once while requests need them."""
+    """Keep-alive connections to one node. At most `keep` idle connections are kept; more may be open at once while
+    requests need them. `auth` adds each request's credential headers (a static header is cached by its maker)."""
 
-    def __init__(self, base: str, *, keep: int = 64) -> None:
-        parts = urlsplit(base if "://" in base else f"http://{base}")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) node address: {base!r}")
-        self.host = parts.hostname
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self._ssl = ssl.create_default_context() if parts.scheme == "https" else None
-        head = f"Host: {self.host}:{self.port}\r\n"
-        if parts.username is not None:
-            token = base64.b64encode(f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()).decode()
-            head += f"Authorization: Basic {token}\r\n"
-        self._head = head.encode("latin-1")
+    def __init__(self, node: Node, *, tls: ssl.SSLContext | None = None, auth: Authorizer | None = None,
+                 keep: int = 64) -> None:
+        self.host = node.host
+        self.port = node.port
+        self._base = node.base
+        self._prefix = node.prefix.encode("ascii")
+        self._ssl = tls
+        self._auth = auth
+        self._head = f"Host: {node.netloc}\r\n".encode("latin-1")
         self._keep = keep
         self._idle: deque[_Connection] = deque()
 
@@ -103,8 +102,12 @@ class Pool:
 
     async def post(self, path: str, body: bytes, content_type: str = "application/json") -> tuple[int, bytes]:
         """(status, body) of a POST; the answer is read whole."""
+        head = self._head
+        if self._auth is not None:
+            extra = self._auth("POST", self._base + path, body)
+            head += "".join(f"{name}: {value}\r\n" for name, value in extra.items()).encode("latin-1")
         data = b"".join((
-            b"POST ", path.encode("ascii"), b" HTTP/1.1\r\n", self._head, b"Content-Type: ",
+            b"POST ", self._prefix, path.encode("ascii"), b" HTTP/1.1\r\n", head, b"Content-Type: ",
             content_type.encode("ascii"), b"\r\nContent-Length: ", str(len(body)).encode("ascii"), b"\r\n\r\n", body,
         ))
         while self._idle:

@@ -22,10 +22,12 @@ class IndexAdmin(EngineBase):
         """Concrete indices behind `alias`; empty if the alias does not exist."""
         async def run(left: float) -> list[str]:
             try:
-                response = await self._client.indices.get_alias(name=alias, request_timeout=left)
+                # Named as the index expression too (GET /alias/_alias/alias): a security plugin then checks the
+                # privilege on the alias, not on every index as `GET /_alias/alias` asks.
+                response = await self._client.indices.get_alias(index=alias, name=alias, request_timeout=left)
             except NotFoundError:
                 return []
-            return sorted(response)
+            return sorted(index for index, entry in response.items() if alias in (entry.get("aliases") or {}))
 
         return await self._call(None, run)
 

@@ -11,13 +11,14 @@ from contextlib import contextmanager
 from typing import Any
 
 import orjson
+from opensearchpy.exceptions import TransportError
 from opensearchpy.helpers import async_scan
 
 from es_provider.core.deadline import Budget
 from es_provider.core.errors import ErrorCode, KnowledgeError
 from es_provider.engine import dialect
 from es_provider.engine.base import EngineBase
-from es_provider.engine.errors import check_search, engine_errors
+from es_provider.engine.errors import check_search, engine_errors, index_missing
 
 _SEARCH_FIELDS = "timed_out,_shards.failed,hits.hits._index,hits.hits._id,hits.hits._score,hits.hits._source"
 _MSEARCH_FIELDS = ",".join(f"responses.{field}" for field in _SEARCH_FIELDS.split(",")) + \
@@ -50,6 +51,23 @@ class Reads(EngineBase):
             response = await self._call(budget, run)
             check_search(response)
         return response
+
+    async def searchable(self, alias: str, budget: Budget) -> bool:
+        """Whether the search path can search `alias` (readiness): a size-0 search through the same door, so a
+        dropped path prefix, a refused credential or privilege raises as a search would; an index that is not
+        there is False."""
+        body = orjson.dumps({"size": 0, "track_total_hits": False, "query": {"match_none": {}}})
+
+        async def run(_: float) -> dict[str, Any]:
+            return await self._door.post(f"/{alias}/_search", body)
+
+        try:
+            check_search(await self._call(budget, run))
+        except KnowledgeError as exc:
+            if isinstance(exc.__cause__, TransportError) and index_missing(exc.__cause__):
+                return False
+            raise
+        return True
 
     async def msearch(self, index: str, bodies: list[dict[str, Any]], budget: Budget) -> list[dict[str, Any]]:
         """Several searches in one round trip; any failed one fails the whole call (no partial answers)."""

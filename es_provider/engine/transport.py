@@ -8,10 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from opensearchpy import AsyncHttpConnection
 from opensearchpy.exceptions import ConnectionError as OSConnectionError
 from opensearchpy.exceptions import TransportError
 from opensearchpy.serializer import JSONSerializer
 
+from es_provider.engine.connection import Connection
 from es_provider.engine.http1 import Pool
 
 
@@ -27,14 +29,23 @@ class OrjsonSerializer(JSONSerializer):
         return orjson.loads(s)
 
 
+class ClientConnection(AsyncHttpConnection):
+    """opensearch-py's connection class that takes a callable `http_auth` (the authorizer: basic, API key,
+    rotation), reading error bodies as JSON as its default class does (this one passes no content type, so every
+    error would lose its type and info: "index_not_found_exception", a write block's cause)."""
+
+    def _raise_error(self, status_code: int, raw_data: str | bytes, content_type: str | None = None) -> None:
+        super()._raise_error(status_code, raw_data, content_type or "application/json")
+
+
 class SearchDoor:
     """The search hot path: an orjson body POSTed to the nodes in turn over kept-alive connections (http1.py),
     answered as orjson. opensearch-py's transport and aiohttp's client cost about a third of the service's CPU per
     request (docs/benchmarks.md "hot path"). Failures are raised as opensearch-py's own exception types, so the one
     error boundary (`map_error`) and the retry rule (transient.py) treat both doors alike."""
 
-    def __init__(self, hosts: list[str]) -> None:
-        self._pools = [Pool(host) for host in hosts]
+    def __init__(self, connection: Connection) -> None:
+        self._pools = [Pool(node, tls=connection.tls, auth=connection.auth) for node in connection.nodes]
         self._turn = 0
 
     async def post(self, path: str, body: bytes, content_type: str = "application/json") -> dict[str, Any]:

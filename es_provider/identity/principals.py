@@ -150,6 +150,10 @@ class PrincipalStore:
                                 self._stale_s, exc_info=not isinstance(exc, KnowledgeError))
             await asyncio.sleep(self._poll_s)
 
+    def stale(self) -> bool:
+        """Unread for longer than max_staleness_s: lookups fail closed now (readiness says so)."""
+        return self._stale()
+
     def _stale(self) -> bool:
         return self._read_at is None or self._clock() - self._read_at > self._stale_s
 

@@ -33,7 +33,7 @@ from es_provider.edge.idempotency import IdempotencyCache
 from es_provider.edge.kit import ERROR_CODE, Protocol
 from es_provider.edge.replays import SharedReplays
 from es_provider.edge.service import SERVICES, Services
-from es_provider.engine.client import Engine
+from es_provider.engine.client import Engine, connect
 from es_provider.engine.errors import UnsupportedEngineError
 from es_provider.identity.principals import Principals, PrincipalStore
 from es_provider.protocols import agentarts, dify, sparktide
@@ -59,16 +59,36 @@ async def healthz(_: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
+    """Ready only when every knowledge base can be searched through the search path itself (prefix, credentials,
+    privileges, index present: a size-0 search on its alias), every access sink takes records, and the principal
+    store (if used) was read within its bound. The reason goes into the body and the log."""
     engine = request.app[ENGINE]
-    settings = request.app[SERVICES].settings
+    services = request.app[SERVICES]
+    reasons: dict[str, str] = {}
+    missing: list[str] = []
+    budget = fixed_budget(int(services.settings.opensearch.timeout_s * 1000), now_monotonic=time.monotonic())
     try:
-        await engine.info()
-        missing = [kb.id for kb in settings.knowledge if not await engine.alias_targets(kb.alias)]
+        if not services.settings.knowledge:
+            await engine.info(budget)
+        for kb in services.settings.knowledge:
+            if not await engine.searchable(kb.alias, budget):
+                missing.append(kb.id)
     except KnowledgeError as exc:
+        # The log has the whole detail; the unauthenticated body only its first clause (no hosts or user names).
         log.warning("not ready: %s", exc.detail)
-        return web.Response(status=503, body=orjson.dumps({"status": "unavailable"}), content_type="application/json")
-    if missing:
-        body = {"status": "unavailable", "missing_knowledge": missing}
+        reasons["engine"] = (exc.detail or exc.code.value).split(":")[0]
+    recorder = request.app.get(RECORDER)
+    if recorder is not None and recorder.refusing():
+        reasons["access_record"] = "a sink is down or its queue is full: answers are refused"
+    store = services.principals.store
+    if store is not None and store.stale():
+        reasons["principal_store"] = "unread for longer than [directory] max_staleness_s: lookups fail closed"
+    if reasons or missing:
+        body: dict[str, Any] = {"status": "unavailable", **({"reasons": reasons} if reasons else {})}
+        if missing:
+            body["missing_knowledge"] = missing
+        log.warning("not ready: %s", "; ".join([*(f"{k}: {v}" for k, v in reasons.items() if k != "engine"),
+                                                *(f"knowledge base {kb} has no index" for kb in missing)]) or "engine")
         return web.Response(status=503, body=orjson.dumps(body), content_type="application/json")
     return web.json_response({"status": "ready"})
 
@@ -303,11 +323,12 @@ def _with_scim(protocols: tuple[Protocol, ...], settings: Settings, credentials:
     return (*protocols, scim.PROTOCOL), lambda app, engine: scim.install(app, token, scim.State(engine, settings))
 
 
-def access_context(settings: Settings, metrics: Metrics) -> Callable[[web.Application], AsyncIterator[None]]:
+def access_context(settings: Settings, metrics: Metrics, environ: Mapping[str, str] | None = None
+                   ) -> Callable[[web.Application], AsyncIterator[None]]:
     """The access record's writers, started once the engine is met; at the stop (after in-flight answers) what is
     queued is written before the engine client closes."""
     async def context(app: web.Application) -> AsyncIterator[None]:
-        recorder, own = access_recorder(settings, app[ENGINE], metrics)
+        recorder, own = access_recorder(settings, app[ENGINE], metrics, environ)
         recorder.start()
         app[RECORDER] = recorder
         try:
@@ -320,10 +341,12 @@ def access_context(settings: Settings, metrics: Metrics) -> Callable[[web.Applic
     return context
 
 
-def access_recorder(settings: Settings, engine: Engine, metrics: Metrics) -> tuple[Recorder, Engine | None]:
+def access_recorder(settings: Settings, engine: Engine, metrics: Metrics, environ: Mapping[str, str] | None = None
+                    ) -> tuple[Recorder, Engine | None]:
     """The access record's sinks, and the engine client of its own when the records live on another cluster."""
     config = settings.access_log
-    own = Engine(config.url, timeout_s=settings.opensearch.timeout_s) if config.url else None
+    cluster = config.own_engine()
+    own = connect(cluster, environ, timeout_s=settings.opensearch.timeout_s) if cluster is not None else None
     sinks: list[Sink] = []
     if "index" in config.sinks:
         sinks.append(IndexSink(own or engine, config.index))
@@ -367,7 +390,8 @@ def create_app(
     reranker = _reranker(settings, os.environ if environ is None else environ, metrics)
 
     async def engine_context(app: web.Application) -> AsyncIterator[None]:
-        engine = Engine(settings.opensearch.url, timeout_s=settings.opensearch.timeout_s, observe=metrics.engine_call)
+        engine = connect(settings.opensearch, environ, observe=metrics.engine_call)
+        log.info("engine: %s", engine.connection.describe())
         try:
             await meet_engine(engine, settings)
         except BaseException:
@@ -409,7 +433,7 @@ def create_app(
 
     app.cleanup_ctx.append(engine_context)
     if settings.access_log.enabled:
-        app.cleanup_ctx.append(access_context(settings, metrics))  # stopped first: after in-flight answers
+        app.cleanup_ctx.append(access_context(settings, metrics, environ))  # stopped first: after in-flight answers
     for protocol in protocols:
         for route in protocol.routes:
             app.router.add_route(route.method, route.path, route.handler)

@@ -1,6 +1,6 @@
 """An HTTP proxy in front of the real OpenSearch node, for tests that must see or shape engine traffic:
 it counts requests (a refusal must not reach OpenSearch), can delay answers (deadline tests) or answer
-with a fixed status (429/503) instead of forwarding."""
+with a fixed status (429/503) instead of forwarding, or stand for a gateway that serves the engine under a path."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ class EngineProxy:
     delay_s: float = 0.0
     status: int | None = None
     fail_matching: str | None = None  # answer `status` only to requests whose method+path contains this
+    prefix: str = ""  # a gateway's path: only requests under it are forwarded (without it), others answer 404
     requests: list[str] = field(default_factory=list)
     url: str = ""
     _runner: web.AppRunner | None = None
@@ -27,6 +28,11 @@ class EngineProxy:
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         self.requests.append(f"{request.method} {request.path_qs}")
+        path_qs = request.path_qs
+        if self.prefix:
+            if not path_qs.startswith(self.prefix + "/"):
+                return web.Response(status=404, text="<html>no route</html>", content_type="text/html")
+            path_qs = path_qs[len(self.prefix):]
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         if self.status is not None and (self.fail_matching is None or self.fail_matching in self.requests[-1]):
@@ -34,7 +40,7 @@ class EngineProxy:
         assert self._session is not None
         body = await request.read()
         async with self._session.request(
-            request.method, self.target + request.path_qs, data=body or None,
+            request.method, self.target + path_qs, data=body or None,
             headers={"Content-Type": request.headers.get("Content-Type", "application/json")},
         ) as upstream:
             payload = await upstream.read()
@@ -50,7 +56,7 @@ class EngineProxy:
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"http://127.0.0.1:{port}{self.prefix}"
         return self
 
     async def close(self) -> None:

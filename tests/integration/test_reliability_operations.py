@@ -151,7 +151,7 @@ async def test_health_readiness_metrics_and_json_logs(stack, opensearch, tmp_pat
                   {**TEST_ENV, "OPENSEARCH_URL": "http://127.0.0.1:9"}, tmp_path / "lost.log")
     try:
         assert (await aget(lost.base, "/healthz"))[0] == 200
-        assert await aget(lost.base, "/readyz") == (503, b'{"status":"unavailable"}')
+        assert await aget(lost.base, "/readyz") == (503, b'{"status":"unavailable","reasons":{"engine":"engine unreachable"}}')
     finally:
         await asyncio.to_thread(lost.stop)
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from es_provider.config.audit import AccessLogSettings
+from es_provider.config.cluster import OpenSearchSettings
 from es_provider.config.identity import DirectorySettings, ScimSettings
 from es_provider.config.knowledge import Calibration, EmbedderSettings, KnowledgeBase, ScoringSettings
 from es_provider.config.model import ConfigModel
 from es_provider.config.reference import reference
-from es_provider.config.serving import ApiKey, OpenSearchSettings, ServerSettings, WorkbenchSettings
+from es_provider.config.serving import ApiKey, ServerSettings, WorkbenchSettings
 from es_provider.config.settings import Settings
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"

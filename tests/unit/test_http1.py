@@ -6,10 +6,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
-from es_provider.engine.http1 import ConnectFailed, Disconnected, Pool
+from es_provider.engine.connection import parse_nodes
+from es_provider.engine.credentials import RotatingSecret, basic_auth
+from es_provider.engine.http1 import ConnectFailed, Disconnected
+from es_provider.engine.http1 import Pool as NodePool
+
+
+def Pool(base: str, **options: Any) -> NodePool:
+    return NodePool(parse_nodes(base)[0], **options)
+
 
 Reply = Callable[[bytes], bytes | None]  # request head+body -> raw answer (None: close without answering)
 
@@ -124,10 +133,17 @@ async def test_no_node_is_a_connect_failure() -> None:
         await Pool(f"http://127.0.0.1:{port}").post("/", b"{}")
 
 
-async def test_credentials_in_the_address_become_basic_auth(node: Node) -> None:
-    pool = Pool(node.base.replace("http://", "http://elastic:p%40ss@"))
+async def test_the_authorizer_adds_its_headers(node: Node) -> None:
+    pool = Pool(node.base, auth=basic_auth("elastic", RotatingSecret("PW", {"PW": "p@ss:w"})))
     await pool.post("/", b"{}")
-    assert b"Authorization: Basic ZWxhc3RpYzpwQHNz\r\n" in node.requests[0]  # base64("elastic:p@ss")
+    assert b"authorization: Basic ZWxhc3RpYzpwQHNzOnc=\r\n" in node.requests[0]  # base64("elastic:p@ss:w")
+    pool.close()
+
+
+async def test_a_path_prefix_is_kept(node: Node) -> None:
+    pool = Pool(node.base + "/search-engine/")
+    await pool.post("/kb/_search", b"{}")
+    assert node.requests[0].startswith(b"POST /search-engine/kb/_search HTTP/1.1\r\n")
     pool.close()
 
 
@@ -155,9 +171,3 @@ async def test_a_cancelled_request_does_not_leave_its_connection_behind(node: No
     assert node.connections == 2
     release.set()
     pool.close()
-
-
-@pytest.mark.parametrize("base", ["ftp://node:9200", "http://"])
-def test_only_http_node_addresses(base: str) -> None:
-    with pytest.raises(ValueError):
-        Pool(base)

@@ -1,0 +1,129 @@
+"""How the service proves who it is to the engine: the `Authorization` header of every request, for basic
+authentication (username + password_ref) and Elasticsearch API keys (api_key_ref), from secrets that are re-read
+when their `NAME_FILE` changes (a Kubernetes secret rotation), so a new credential is used without a restart; SigV4
+is sigv4.py's. Every authorizer is `(method, url, body) -> headers to add`, the shape both clients take. Apart from
+connection.py so that a secret lives in one small object whose repr says nothing of it.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Protocol
+
+from es_provider.config.settings import ConfigError
+
+log = logging.getLogger("es_provider.engine")
+# How often a secret file is looked at (one stat): a rotated credential is in use within this time.
+RECHECK_S = 1.0
+
+
+class Authorizer(Protocol):
+    def __call__(self, method: str, url: str, body: bytes | None) -> dict[str, str]: ...
+
+
+class RotatingSecret:
+    """A secret from `$NAME`, or from the file `$NAME_FILE` names, re-read when that file changes (its inode, size
+    or modification time, looked at once a second at most). A file that cannot be read for a moment (a rotation
+    swapping it) keeps the last value and is logged once: no request fails for it."""
+
+    def __init__(self, name: str, environ: Mapping[str, str], *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.name = name
+        self._clock = clock
+        self._path: Path | None = None
+        self._stamp: tuple[int, int, int] | None = None
+        self._checked = 0.0
+        direct = environ.get(name)
+        if direct is None and environ.get(f"{name}_FILE"):
+            self._path = Path(environ[f"{name}_FILE"])
+            value = self._read()
+            if value is None:
+                raise ConfigError(f"secret file named by {name}_FILE cannot be read")
+            direct = value
+        if not direct:
+            raise ConfigError(f"environment variable {name} (a secret the configuration refers to) is not set")
+        self._value = direct
+        self._checked = clock()
+
+    def __repr__(self) -> str:
+        return f"RotatingSecret({self.name})"
+
+    def _read(self) -> str | None:
+        assert self._path is not None
+        try:
+            stat = os.stat(self._path)
+            value = self._path.read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+        self._stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        return value or None
+
+    def value(self) -> str:
+        if self._path is None or self._clock() - self._checked < RECHECK_S:
+            return self._value
+        return self.recheck()
+
+    def recheck(self) -> str:
+        """Looks at the file now (after the engine refused the credential: a rotation may have just landed)."""
+        if self._path is None:
+            return self._value
+        self._checked = self._clock()
+        try:
+            stat = os.stat(self._path)
+            stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        except OSError:
+            stamp = None
+        if stamp != self._stamp:
+            value = self._read()
+            if value is None:
+                log.warning("engine credential: %s_FILE cannot be read now; the last value stays in use", self.name)
+            elif value != self._value:
+                self._value = value
+                log.info("engine credential: %s_FILE changed; the new value is in use", self.name)
+        return self._value
+
+
+class HeaderAuth:
+    """A fixed-scheme `Authorization` header from a rotating secret, rebuilt only when the secret changes."""
+
+    def __init__(self, secret: RotatingSecret, render: Callable[[str], str]) -> None:
+        self._secret = secret
+        self._render = render
+        self._seen: str | None = None
+        self._headers: dict[str, str] = {}
+
+    def __repr__(self) -> str:
+        return f"HeaderAuth({self._secret.name})"
+
+    def renew(self) -> bool:
+        """After a 401: whether the secret file holds a new credential now (then the request is worth resending)."""
+        return self._secret.recheck() is not self._seen
+
+    def __call__(self, method: str, url: str, body: bytes | None) -> dict[str, str]:
+        value = self._secret.value()
+        if value is not self._seen:
+            self._seen = value
+            self._headers = {"authorization": self._render(value)}
+        return self._headers
+
+
+def basic_auth(username: str, password: RotatingSecret) -> HeaderAuth:
+    def render(secret: str) -> str:
+        return "Basic " + base64.b64encode(f"{username}:{secret}".encode()).decode("ascii")
+
+    return HeaderAuth(password, render)
+
+
+def api_key_auth(key: RotatingSecret) -> HeaderAuth:
+    """Elasticsearch's `ApiKey` scheme: the encoded form as the engine returned it, or `id:key` encoded here (the
+    encoded form is base64, which never holds a colon)."""
+
+    def render(secret: str) -> str:
+        encoded = base64.b64encode(secret.encode()).decode("ascii") if ":" in secret else secret
+        return "ApiKey " + encoded
+
+    return HeaderAuth(key, render)

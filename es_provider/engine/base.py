@@ -92,7 +92,6 @@ class EngineBase:
     async def close(self) -> None:
         await self._client.close()
         self._door.close()
-        await self.connection.close()
 
     def _default_budget(self) -> Budget:
         return fixed_budget(int(self._timeout_s * 1000), now_monotonic=time.monotonic())

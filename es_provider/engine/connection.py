@@ -1,6 +1,6 @@
 """The connection model: [opensearch] (or [access_log.engine]) → `Connection` — the nodes (scheme, host, port and the
 path prefix a gateway needs kept), one TLS context (the company CA replacing the system's trust, a pinned
-fingerprint, a client certificate, or verification off when `insecure`) and one authorizer (basic, API key or SigV4).
+fingerprint, a client certificate, or verification off when `insecure`) and one authorizer (basic or API key).
 Both clients, the search door and opensearch-py (admin, bulk, scans, the CLI, the stores, the access record), are
 built from it, so there is no second place that opens a connection. Secrets are read here, at start: a missing one
 stops the start naming its variable; none is ever part of a URL.
@@ -16,7 +16,6 @@ import socket
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 from es_provider.config.cluster import OpenSearchSettings
@@ -91,35 +90,30 @@ def _reason(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or getattr(exc, "reason", None) or type(exc).__name__
 
 
-def _authorizer(settings: OpenSearchSettings, environ: Mapping[str, str]) -> tuple[Authorizer | None, Any]:
-    """(authorizer, its SigV4 signer when it signs, to refresh)."""
+def _authorizer(settings: OpenSearchSettings, environ: Mapping[str, str]) -> Authorizer | None:
     if settings.username is not None and settings.password_ref is not None:
-        return basic_auth(settings.username, RotatingSecret(settings.password_ref, environ)), None
+        return basic_auth(settings.username, RotatingSecret(settings.password_ref, environ))
     if settings.api_key_ref is not None:
-        return api_key_auth(RotatingSecret(settings.api_key_ref, environ)), None
-    return None, None
+        return api_key_auth(RotatingSecret(settings.api_key_ref, environ))
+    return None
 
 
 class Connection:
     """Where the engine is and how to reach it; `prepare()` runs once before the first request (pinning a
-    fingerprint, starting the signer's refresh)."""
+    fingerprint)."""
 
     def __init__(self, nodes: list[Node], *, tls: ssl.SSLContext | None = None, auth: Authorizer | None = None,
-                 fingerprint: str | None = None, signer: Any = None, timeout_s: float = 30.0,
-                 client_cert: bool = False) -> None:
+                 fingerprint: str | None = None, timeout_s: float = 30.0, client_cert: bool = False) -> None:
         if not nodes:
             raise ValueError("no engine node given")
         self.nodes = nodes
         self.tls = tls
         self.auth = auth
         self.timeout_s = timeout_s
-        self.signs = signer is not None
         self.may_want_client_cert = tls is not None and not client_cert
         self._fingerprint = fingerprint
-        self._signer = signer
-        self._prepared = fingerprint is None and signer is None
+        self._prepared = fingerprint is None
         self._lock = asyncio.Lock()
-        self._refresher: asyncio.Task[None] | None = None
 
     @classmethod
     def plain(cls, url: str) -> Connection:
@@ -127,16 +121,15 @@ class Connection:
         return from_settings(OpenSearchSettings(url=url), {})
 
     def __repr__(self) -> str:
-        return f"Connection({', '.join(node.base for node in self.nodes)})"
+        return f"Connection({self.url})"
 
     @property
     def url(self) -> str:
         return ",".join(node.base for node in self.nodes)
 
     def describe(self) -> str:
-        """For the start's log line: where, and how (never a secret)."""
-        how = [] if self.auth is None else [
-            "SigV4" if self.signs else repr(self.auth).removeprefix("HeaderAuth(").removesuffix(")")]
+        """For the start's log line: where, and how (the secret's variable, never the secret)."""
+        how = [] if self.auth is None else [repr(self.auth).removeprefix("HeaderAuth(").removesuffix(")")]
         if self.tls is not None:
             how.append("TLS, not verified" if self.tls.verify_mode == ssl.CERT_NONE else "TLS")
         return f"{self.url} ({', '.join(how) or 'plain HTTP, no credentials'})"
@@ -150,29 +143,10 @@ class Connection:
         if self._prepared:
             return
         async with self._lock:
-            if self._prepared:
-                return
-            if self._fingerprint is not None:
+            if not self._prepared and self._fingerprint is not None:
                 assert self.tls is not None
                 await asyncio.to_thread(_pin, self.tls, self.nodes[0], self._fingerprint, self.timeout_s)
-            if self._signer is not None:
-                self._refresher = asyncio.create_task(self._refresh_credentials())
             self._prepared = True
-
-    async def _refresh_credentials(self) -> None:
-        # botocore refreshes ahead of expiry, but may block on instance metadata: in a thread, every 30 s.
-        while True:
-            await asyncio.sleep(30)
-            try:
-                await self._signer.refresh()
-            except Exception as exc:  # the last credentials stay in use; botocore retries at the next turn
-                log.warning("engine credentials: SigV4 refresh failed: %s", type(exc).__name__)
-
-    async def close(self) -> None:
-        if self._refresher is not None:
-            self._refresher.cancel()
-            self._refresher = None
-            self._prepared = self._fingerprint is None and self._signer is None
 
 
 def _pin(context: ssl.SSLContext, node: Node, fingerprint: str, timeout_s: float) -> None:
@@ -199,7 +173,6 @@ def _pin(context: ssl.SSLContext, node: Node, fingerprint: str, timeout_s: float
 
 def from_settings(settings: OpenSearchSettings, environ: Mapping[str, str]) -> Connection:
     """The connection [opensearch] (or [access_log.engine]) describes, its secrets read from `environ`."""
-    tls = _tls_context(settings)
-    auth, signer = _authorizer(settings, environ)
-    return Connection(parse_nodes(settings.url), tls=tls, auth=auth, fingerprint=settings.ca_fingerprint,
-                      signer=signer, timeout_s=settings.timeout_s, client_cert=settings.client_cert_file is not None)
+    return Connection(parse_nodes(settings.url), tls=_tls_context(settings), auth=_authorizer(settings, environ),
+                      fingerprint=settings.ca_fingerprint, timeout_s=settings.timeout_s,
+                      client_cert=settings.client_cert_file is not None)

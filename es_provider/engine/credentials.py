@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from es_provider.config.settings import ConfigError
+from es_provider.config.secrets import read_secret
 
 log = logging.getLogger("es_provider.engine")
 # How often a secret file is looked at (one stat): a rotated credential is in use within this time.
@@ -34,33 +34,21 @@ class RotatingSecret:
     def __init__(self, name: str, environ: Mapping[str, str], *, clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
         self._clock = clock
-        self._path: Path | None = None
-        self._stamp: tuple[int, int, int] | None = None
-        self._checked = 0.0
-        direct = environ.get(name)
-        if direct is None and environ.get(f"{name}_FILE"):
-            self._path = Path(environ[f"{name}_FILE"])
-            value = self._read()
-            if value is None:
-                raise ConfigError(f"secret file named by {name}_FILE cannot be read")
-            direct = value
-        if not direct:
-            raise ConfigError(f"environment variable {name} (a secret the configuration refers to) is not set")
-        self._value = direct
+        self._value = read_secret(name, environ).decode("utf-8")  # a missing one stops the start, naming it
+        self._path = Path(environ[f"{name}_FILE"]) if environ.get(name) is None else None
+        self._stamp = self._stamp_now() if self._path is not None else None
         self._checked = clock()
 
     def __repr__(self) -> str:
         return f"RotatingSecret({self.name})"
 
-    def _read(self) -> str | None:
+    def _stamp_now(self) -> tuple[int, int, int] | None:
         assert self._path is not None
         try:
             stat = os.stat(self._path)
-            value = self._path.read_text(encoding="utf-8").strip()
         except OSError:
             return None
-        self._stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
-        return value or None
+        return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
     def value(self) -> str:
         if self._path is None or self._clock() - self._checked < RECHECK_S:
@@ -72,13 +60,13 @@ class RotatingSecret:
         if self._path is None:
             return self._value
         self._checked = self._clock()
-        try:
-            stat = os.stat(self._path)
-            stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
-        except OSError:
-            stamp = None
+        stamp = self._stamp_now()
         if stamp != self._stamp:
-            value = self._read()
+            try:
+                value = self._path.read_text(encoding="utf-8").strip() or None
+                self._stamp = stamp
+            except OSError:
+                value = None
             if value is None:
                 log.warning("engine credential: %s_FILE cannot be read now; the last value stays in use", self.name)
             elif value != self._value:

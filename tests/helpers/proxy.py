@@ -5,6 +5,8 @@ with a fixed status (429/503) instead of forwarding, or stand for a gateway that
 from __future__ import annotations
 
 import asyncio
+import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aiohttp import ClientSession, web
@@ -17,6 +19,8 @@ class EngineProxy:
     status: int | None = None
     fail_matching: str | None = None  # answer `status` only to requests whose method+path contains this
     prefix: str = ""  # a gateway's path: only requests under it are forwarded (without it), others answer 404
+    gate: Callable[[web.Request], web.StreamResponse | None] | None = None  # an answer refuses the request
+    ssl_context: ssl.SSLContext | None = None  # served over TLS (tls_front.py)
     requests: list[str] = field(default_factory=list)
     url: str = ""
     _runner: web.AppRunner | None = None
@@ -33,6 +37,9 @@ class EngineProxy:
             if not path_qs.startswith(self.prefix + "/"):
                 return web.Response(status=404, text="<html>no route</html>", content_type="text/html")
             path_qs = path_qs[len(self.prefix):]
+        refusal = self.gate(request) if self.gate is not None else None
+        if refusal is not None:
+            return refusal
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         if self.status is not None and (self.fail_matching is None or self.fail_matching in self.requests[-1]):
@@ -53,10 +60,10 @@ class EngineProxy:
         app.router.add_route("*", "/{tail:.*}", self._forward)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.ssl_context)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}{self.prefix}"
+        self.url = f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{port}{self.prefix}"
         return self
 
     async def close(self) -> None:

@@ -1,7 +1,7 @@
 """A real TLS front for a node that has no security of its own (the local Elasticsearch nodes carry no x-pack):
 it terminates TLS with a certificate from a CA the test makes (trustme), sends that CA in its chain as
 Elasticsearch 8 does (so a CA fingerprint can be pinned), can require a client certificate, checks an
-`Authorization` header against the keys it accepts (constant time), and forwards what it accepts to the node.
+`Authorization` header against the keys it accepts (constant time), and forwards what it accepts to the node (an EngineProxy served over TLS).
 The accepted keys are a set the test may change while requests run (a rotation)."""
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import trustme
-from aiohttp import ClientSession, web
+from aiohttp import web
+
+from helpers.proxy import EngineProxy
 
 
 @dataclass
@@ -56,10 +58,9 @@ class TlsFront:
     url: str = ""
     refused: int = 0
     forwarded: int = 0
-    _runner: web.AppRunner | None = None
-    _session: ClientSession | None = None
+    _proxy: EngineProxy | None = None
 
-    async def _forward(self, request: web.Request) -> web.StreamResponse:
+    def _check(self, request: web.Request) -> web.StreamResponse | None:
         if self.accepted:
             given = request.headers.get("Authorization", "").encode()
             if not any(hmac.compare_digest(given, key.encode()) for key in list(self.accepted)):
@@ -68,15 +69,7 @@ class TlsFront:
                                                     "authenticate with provided credentials"}, "status": 401},
                                          status=401)
         self.forwarded += 1
-        assert self._session is not None
-        body = await request.read()
-        async with self._session.request(
-            request.method, self.target + request.path_qs, data=body or None,
-            headers={"Content-Type": request.headers.get("Content-Type", "application/json")},
-        ) as upstream:
-            payload = await upstream.read()
-            return web.Response(status=upstream.status, body=payload,
-                                content_type=upstream.content_type or "application/json")
+        return None
 
     async def start(self) -> TlsFront:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -84,19 +77,10 @@ class TlsFront:
         if self.require_client_cert:
             context.verify_mode = ssl.CERT_REQUIRED
             context.load_verify_locations(self.certificates.ca_file)
-        self._session = ClientSession()
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._forward)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=context)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"https://127.0.0.1:{port}"
+        self._proxy = await EngineProxy(self.target, gate=self._check, ssl_context=context).start()
+        self.url = self._proxy.url
         return self
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self._session is not None:
-            await self._session.close()
+        if self._proxy is not None:
+            await self._proxy.close()

@@ -144,11 +144,17 @@ RECORD_MAPPING: dict[str, Any] = {
 }
 
 
-# Each daily index is made by the first write of its day (nodes may refuse to create indices on write).
+# Each daily index is made ahead of its day by the serving process or `es-provider prepare` (edge/own_indices.py),
+# else by the first write of its day (nodes may refuse to create indices on write).
 # Refreshed every 5 s, not every second: records are read in incidents, not within the second, and fewer, larger
 # segments cost the node (which also answers the searches) less.
 INDEX_BODY: dict[str, Any] = {"settings": {"number_of_shards": 1, "refresh_interval": "5s"},
                               "mappings": RECORD_MAPPING}
+
+
+def day_index(prefix: str, day: dt.date) -> str:
+    """`<prefix>-YYYY.MM.DD`: the index of one UTC day's records."""
+    return f"{prefix}-{day:%Y.%m.%d}"
 
 
 def daily_index(prefix: str, time_text: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from es_provider.cli import access, calibrate, documents, ingest, kb, manifest, principals, serve
+from es_provider.cli import access, calibrate, documents, ingest, kb, manifest, prepare, principals, serve
 from es_provider.cli.common import fail
 from es_provider.config.settings import ConfigError, load_settings
 from es_provider.core import logs
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     manifest.add_parser(sub)
     access.add_parser(sub)
     calibrate.add_parser(sub)
+    prepare.add_parser(sub)
     return parser
 
 

@@ -44,6 +44,24 @@ class IndexAdmin(EngineBase):
 
         await self._call(None, run, retry=False)
 
+    async def ensure_index(self, index: str, body: dict[str, Any]) -> bool:
+        """Makes one of the service's own indices (replays, principal store, an access day) with `body` unless it
+        exists: True when this call made it. Made ahead of its first write (`es-provider prepare`, the next day's
+        access index), so a node's auto-creation never gives it dynamic mappings and a user without the right to
+        create indices finds it there."""
+        async def run(left: float) -> bool:
+            if await self._client.indices.exists(index=index, request_timeout=left):
+                return False
+            try:
+                await self._client.indices.create(index=index, body=body, request_timeout=left)
+            except RequestError as exc:
+                if exc.error == "resource_already_exists_exception":  # another process made it first
+                    return False
+                raise
+            return True
+
+        return await self._call(None, run, retry=False)
+
     async def put_mapping(self, index: str, properties: dict[str, Any]) -> None:
         properties = dialect.mapping_properties(properties, await self.flavor())
         async def run(left: float) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 import os
@@ -25,12 +26,13 @@ from es_provider.core.acl import Filter
 from es_provider.core.deadline import fixed_budget
 from es_provider.core.errors import ClientDisconnected, ErrorCode, KnowledgeError, StartupError
 from es_provider.core.metrics import Metrics
-from es_provider.edge import auth
+from es_provider.edge import auth, own_indices
 from es_provider.edge.admission import Admission
 from es_provider.edge.auth import ReplayCache, load_credentials
 from es_provider.edge.guard import Guard
 from es_provider.edge.idempotency import IdempotencyCache
 from es_provider.edge.kit import ERROR_CODE, Protocol
+from es_provider.edge.own_indices import Keeper
 from es_provider.edge.replays import SharedReplays
 from es_provider.edge.service import SERVICES, Services
 from es_provider.engine.client import Engine, connect
@@ -51,6 +53,7 @@ ENGINE = web.AppKey("engine", Engine)
 METRICS = web.AppKey("metrics", Metrics)
 OPENAPI = web.AppKey("openapi", bytes)
 METRICS_TOKEN = web.AppKey("metrics_token", bytes)
+KEEPERS = web.AppKey("keepers", list[Keeper])  # the own indices' keepers: the engine's, and the access cluster's
 
 
 async def healthz(_: web.Request) -> web.Response:
@@ -68,8 +71,7 @@ async def readyz(request: web.Request) -> web.Response:
     missing: list[str] = []
     budget = fixed_budget(int(services.settings.opensearch.timeout_s * 1000), now_monotonic=time.monotonic())
     try:
-        if not services.settings.knowledge:
-            await engine.info(budget)
+        await engine.flavor(budget)  # `GET /` once: a user refused it (cluster:monitor/main) is not ready
         for kb in services.settings.knowledge:
             if not await engine.searchable(kb.alias, budget):
                 missing.append(kb.id)
@@ -77,6 +79,10 @@ async def readyz(request: web.Request) -> web.Response:
         # The log has the whole detail; the unauthenticated body only its first clause (no hosts or user names).
         log.warning("not ready: %s", exc.detail)
         reasons["engine"] = (exc.detail or exc.code.value).split(":")[0]
+    for keeper in request.app.get(KEEPERS, ()):
+        if problems := await keeper.ready():
+            log.warning("not ready: %s", "; ".join(f"{index}: {why}" for index, why in problems.items()))
+            reasons["own_indices"] = f"{', '.join(problems)} missing: run `es-provider prepare`"
     recorder = request.app.get(RECORDER)
     if recorder is not None and recorder.refusing():
         reasons["access_record"] = "a sink is down or its queue is full: answers are refused"
@@ -331,14 +337,41 @@ def access_context(settings: Settings, metrics: Metrics, environ: Mapping[str, s
         recorder, own = access_recorder(settings, app[ENGINE], metrics, environ)
         recorder.start()
         app[RECORDER] = recorder
+        keeping = None
+        if own is not None:
+            keeper = keeper_of(settings, own, access=True, main=False)
+            app[KEEPERS] = [*app.get(KEEPERS, ()), keeper]
+            keeping = asyncio.create_task(keeper.run())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(keeper.looked.wait(), START_PROBE_MS / 1000)
         try:
             yield
         finally:
+            if keeping is not None:
+                keeping.cancel()
             await recorder.close()
             if own is not None:
                 await own.close()
 
     return context
+
+
+def _background(settings: Settings, shared_replays: SharedReplays | None, store: PrincipalStore | None,
+                keeper: Keeper) -> list[asyncio.Task[None]]:
+    """The engine's tasks for the life of the app: forgetting expired signatures, polling the principal store,
+    keeping the own indices."""
+    background = [asyncio.create_task(keeper.run())]
+    if shared_replays is not None:
+        background.append(asyncio.create_task(shared_replays.sweep(min(60.0, settings.server.signature_window_s))))
+    if store is not None:
+        background.append(asyncio.create_task(store.run()))
+    return background
+
+
+def keeper_of(settings: Settings, engine: Engine, *, access: bool, main: bool = True) -> Keeper:
+    """The keeper of the own indices on `engine`: the main cluster's (`main`) and/or the access record's days."""
+    return Keeper(engine, lambda: [index for index in own_indices.wanted(settings, own_indices.today(), serving=True)
+                                   if (access if index.access else main)])
 
 
 def access_recorder(settings: Settings, engine: Engine, metrics: Metrics, environ: Mapping[str, str] | None = None
@@ -399,13 +432,11 @@ def create_app(
             await _close_all(models, reranker)
             raise
         shared_replays = SharedReplays(engine, settings.server.replay_index) if settings.shares_replays() else None
-        background: list[asyncio.Task[None]] = []
-        if shared_replays is not None:
-            background.append(asyncio.create_task(
-                shared_replays.sweep(min(60.0, settings.server.signature_window_s))))
         store = PrincipalStore(engine, settings) if settings.uses_directory() else None
-        if store is not None:
-            background.append(asyncio.create_task(store.run()))
+        app[KEEPERS] = [keeper_of(settings, engine, access=settings.access_log.own_engine() is None)]
+        background = _background(settings, shared_replays, store, app[KEEPERS][0])
+        with contextlib.suppress(TimeoutError):  # made before the first request when the engine answers at once
+            await asyncio.wait_for(app[KEEPERS][0].looked.wait(), START_PROBE_MS / 1000)
         log.info("subjects' groups come from %s", f"the principal store ({settings.directory.index}), then "
                  "[principals] for subjects it does not know" if store is not None else "[principals] only")
         app[ENGINE] = engine

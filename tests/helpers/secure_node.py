@@ -408,10 +408,18 @@ def delete(node: SecureNode, kind: str, name: str) -> Any:
     return security_api(node, "DELETE", kind, name)
 
 
-def main() -> None:  # python -m helpers.secure_node [DIR]: writes the directory, prints it and the passwords
+def main() -> None:
+    """`python -m helpers.secure_node [start] [DIR]`: writes the directory and prints it and the passwords; with
+    `start`, also starts the node (scripts/run-tests does, while phase 1 begins) and prints its URL."""
     import sys
 
-    files = prepare(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_DIR)
+    arguments = sys.argv[1:]
+    start = bool(arguments) and arguments[0] == "start"
+    arguments = arguments[1:] if start else arguments
+    files = prepare(Path(arguments[0]) if arguments else DEFAULT_DIR)
+    if start:
+        print(start_secure_node(files).url)
+        return
     print(files.directory)
     print(json.dumps(files.passwords, indent=2))
 

@@ -95,10 +95,11 @@ def cli(*args: str, url: str) -> subprocess.CompletedProcess[str]:
 
 
 @contextmanager
-def service(config: Path, url: str, *, loop: str = "asyncio", workers: int = 1) -> Iterator[Served]:
+def service(config: Path, url: str, *, loop: str = "asyncio", workers: int = 1,
+            env: dict[str, str] | None = None) -> Iterator[Served]:
     """`es-provider serve` in its own process (the tests' launcher); yields it once /healthz answers (with
-    `workers` > 1, once every worker has started)."""
-    env = {"OPENSEARCH_URL": url, "BENCH_SECRET": SECRET, "BENCH_API_KEY": API_KEY}
+    `workers` > 1, once every worker has started). `env`: more variables (the engine's credentials)."""
+    env = {"OPENSEARCH_URL": url, "BENCH_SECRET": SECRET, "BENCH_API_KEY": API_KEY, **(env or {})}
     with tempfile.TemporaryDirectory() as folder:
         try:
             served = Served(config, env, Path(folder) / "service.log",

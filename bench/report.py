@@ -395,6 +395,33 @@ def _ratios(median: float, rounds: list[float]) -> str:
     return f"{median:.2f} ({', '.join(f'{x:.2f}' for x in rounds)})"
 
 
+def _connections(found: dict[str, Any]) -> list[str]:
+    modes, over = found["modes"], found["over_plain"]
+    names = {"plain": "plain HTTP", "tls": "TLS (`ca_file`)", "basic": "TLS + basic auth", "api_key": "TLS + API key",
+             "sigv4": "TLS + SigV4 (`[opensearch.aws]`)"}
+    lines = ["## 15. Reaching a secured cluster: TLS, basic auth, API key and SigV4 against plain HTTP", "",
+             "The SparkTide route on sections 2 and 8's knowledge base, one service process per way of connecting, "
+             "each through a front that forwards to the same node without checking credentials, so only the "
+             "service's side differs (bench/connections.py). Medians of "
+             f"{found['rounds']} interleaved rounds (order rotated each round), every round's figure in brackets; "
+             "added p50 and the CPU ratio are each mode against plain HTTP within the same round.", "",
+             "| mode | c=1 p50 (ms) | added c=1 p50 (ms) | c=16 service CPU per request (ms) | CPU / plain | errors |",
+             "|---|---|---|---|---|---|"]
+    for name, row in modes.items():
+        p50 = ", ".join(f"{r['p50_ms']:.2f}" for r in row["rounds"])
+        cpu = ", ".join(f"{r['service_cpu_ms_per_request']:.3f}" for r in row["rounds"])
+        if name == "plain":
+            added = ratio = "—"
+        else:
+            o = over[name]
+            added = f"{o['median_added_p50_ms']:+.2f} ({', '.join(f'{x:+.2f}' for x in o['added_p50_ms'])})"
+            ratio = _ratios(o["median_cpu_ratio"], o["cpu_ratio"])
+        lines.append(f"| {names.get(name, name)} | {row['median_round_p50_ms']:.2f} ({p50}) | {added} | "
+                     f"{row['median_round_cpu_ms_per_request']:.3f} ({cpu}) | {ratio} | {row['errors']} |")
+    lines.append("")
+    return lines
+
+
 def _identities(found: dict[str, Any]) -> list[str]:
     modes, ratio, miss = found["modes"], found["store_over_file"], found["cache_miss"]
     paired, changed = ratio["per_round"], found["after_counter_move"]
@@ -642,7 +669,7 @@ def render(results: Path, docs: Path) -> Path:
         lines += _relevance(relevance, docs / "img")
     for name, section in (("hotpath", _hotpath), ("workers", _workers), ("scale", _scale), ("engines", _engines),
                           ("identities", _identities), ("access", _access), ("stages", _stages),
-                          ("rerank", _rerank)):
+                          ("rerank", _rerank), ("connections", _connections)):
         found = _load(results, name)
         if found:
             found.pop("machine", None)

@@ -15,6 +15,8 @@
 6. relevance the service with DEFAULT ingest against the engine over whole documents on SciFact, TIME and DRCD;
             vector and hybrid on SciFact and a Chinese set; calibrated scores fitted on SciFact train and measured
             on test (bench/relevance.py).
+15. connections the service reaching the engine over plain HTTP, TLS, TLS + basic auth, TLS + API key and TLS +
+            SigV4: added p50 and service CPU per request, interleaved (bench/connections.py).
 14. rerank  the rerank stage with and without on SciFact, TIME and DRCD: its candidates, calibration, added p50
             and CPU per request (bench/rerank.py; RERANK_URL etc. measure your own rerank model).
 
@@ -159,7 +161,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=scifact.DEFAULT_DATA, help="SciFact in the BEIR layout")
     parser.add_argument("--sections", default="ingest,quality,latency,acl,semantic,relevance,hotpath,workers,scale,engines,"
-                        "identities,access,stages,rerank")
+                        "identities,access,stages,rerank,connections")
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds per measurement")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
@@ -294,6 +296,13 @@ def main() -> None:
 
         results["rerank"] = rerank.run(work, url, max(2, args.rounds))
         write_result("rerank", {"machine": info, **results["rerank"]})
+
+    if "connections" in sections:
+        print("15/15 reaching the engine: plain HTTP, TLS, basic auth, API key, SigV4", flush=True)
+        from bench import connections
+
+        results["connections"] = connections.run(work, url, MAIN, list(queries.values()), max(5, args.rounds + 3))
+        write_result("connections", {"machine": info, **results["connections"]})
 
     results["total_seconds"] = round(time.monotonic() - started)
     from bench.report import render

@@ -72,7 +72,7 @@ class Keeper:
     def __init__(self, engine: Engine, indices: Callable[[], list[OwnIndex]]) -> None:
         self._engine = engine
         self._indices = indices
-        self.problems: dict[str, str] = {}  # index → why it is missing (due now only)
+        self.problems: dict[str, str] = {}  # index → why it is missing and was not made (due now only)
         self._checked = False
         self.looked = asyncio.Event()  # set after the first look (the start waits a moment for it)
 
@@ -83,8 +83,8 @@ class Keeper:
                 if await ensure(self._engine, index):
                     log.info("made the %s index %s", index.purpose, index.name)
             except KnowledgeError as exc:
-                if index.due:
-                    problems[index.name] = f"the {index.purpose} index is missing and cannot be made"
+                if index.due:  # the first clause only: it may reach /readyz's unauthenticated body
+                    problems[index.name] = (exc.detail or exc.code.value).split(":")[0]
                 log.warning("the %s index %s is missing and cannot be made (%s): run `es-provider prepare` as a "
                             "user of the admin duty", index.purpose, index.name, exc.detail)
         self.problems, self._checked = problems, True

@@ -79,10 +79,10 @@ async def readyz(request: web.Request) -> web.Response:
         # The log has the whole detail; the unauthenticated body only its first clause (no hosts or user names).
         log.warning("not ready: %s", exc.detail)
         reasons["engine"] = (exc.detail or exc.code.value).split(":")[0]
-    for keeper in request.app.get(KEEPERS, ()):
+    for keeper in request.app.get(KEEPERS, ()) if "engine" not in reasons else ():  # not twice for one outage
         if problems := await keeper.ready():
-            log.warning("not ready: %s", "; ".join(f"{index}: {why}" for index, why in problems.items()))
-            reasons["own_indices"] = f"{', '.join(problems)} missing: run `es-provider prepare`"
+            why = "; ".join(f"{index} ({reason})" for index, reason in problems.items())
+            reasons["own_indices"] = f"missing and not made: {why}; run `es-provider prepare`"
     recorder = request.app.get(RECORDER)
     if recorder is not None and recorder.refusing():
         reasons["access_record"] = "a sink is down or its queue is full: answers are refused"

@@ -23,7 +23,7 @@ from es_provider.engine import dialect
 from es_provider.engine.connection import Connection, Node
 from es_provider.engine.credentials import Authorizer
 from es_provider.engine.dialect import Flavor
-from es_provider.engine.errors import UnsupportedEngineError, engine_errors
+from es_provider.engine.errors import UnsupportedEngineError, aws_refusal, engine_errors
 from es_provider.engine.transient import never_sent, transient
 from es_provider.engine.transport import ClientConnection, OrjsonSerializer, SearchDoor
 
@@ -36,7 +36,9 @@ def _host(node: Node) -> dict[str, Any]:
 
 
 def _refused_credentials(exc: BaseException) -> bool:
-    return isinstance(exc, TransportError) and exc.status_code == 401
+    """401, or AWS's 403 for an expired token or a signature it cannot match (credentials rotated under us)."""
+    return isinstance(exc, TransportError) and (exc.status_code == 401 or (
+        exc.status_code == 403 and aws_refusal(exc.info) is not None))
 
 
 def _client_auth(auth: Authorizer | None) -> Callable[..., dict[str, str]] | None:
@@ -92,6 +94,7 @@ class EngineBase:
     async def close(self) -> None:
         await self._client.close()
         self._door.close()
+        await self.connection.close()
 
     def _default_budget(self) -> Budget:
         return fixed_budget(int(self._timeout_s * 1000), now_monotonic=time.monotonic())
@@ -121,7 +124,7 @@ class EngineBase:
                 async with asyncio.timeout(remaining):
                     return await call(remaining)
             except Exception as exc:
-                if _refused_credentials(exc) and self.connection.renew():
+                if _refused_credentials(exc) and await self.connection.renew():
                     log.info("engine refused the credential; resending with the rotated one")
                     async with asyncio.timeout(max(0.001, budget.remaining(time.monotonic()))):
                         return await call(budget.remaining(time.monotonic()))

@@ -82,6 +82,9 @@ class EngineBase:
 
     async def flavor(self, budget: Budget | None = None) -> Flavor:
         """OpenSearch or Elasticsearch, and its version (dialect.py), from the node's `GET /`, once."""
+        if self._flavor is None and self.connection.serverless:
+            # Serverless answers GET / with an empty 404; its collections speak OpenSearch 2's API.
+            self._flavor = Flavor("opensearch", "2")
         if self._flavor is None:
             root = await self.info(budget)
             try:
@@ -156,8 +159,8 @@ class EngineBase:
     async def knn_available(self, budget: Budget | None = None) -> bool:
         """Whether every node has the k-NN plugin (official image: "opensearch-knn"; local node: KNNPlugin).
         Elasticsearch 8 and later has kNN search built in (dense_vector)."""
-        if (await self.flavor(budget)).elastic:
-            return True
+        if self.connection.serverless or (await self.flavor(budget)).elastic:
+            return True  # Serverless has no _nodes to ask: k-NN is part of its vector search collections
         return await self._every_node(
             "plugins", lambda name: "knn" in name.lower(), budget)
 

@@ -129,6 +129,11 @@ class Connection:
         return f"Connection({self.url})"
 
     @property
+    def serverless(self) -> bool:
+        """OpenSearch Serverless (aws.service = "aoss"): no `GET /`, no `_nodes`, a subset of the API."""
+        return isinstance(self.auth, SigV4) and self.auth.service == "aoss"
+
+    @property
     def url(self) -> str:
         return ",".join(node.base for node in self.nodes)
 

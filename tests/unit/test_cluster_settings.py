@@ -172,3 +172,15 @@ def test_aws_without_botocore_names_the_extra(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(ConfigError, match=r"pip install es-provider\[aws\]"):
         from_settings(OpenSearchSettings.model_validate(
             {"url": "https://x.aoss.amazonaws.com", "aws": {"region": "us-east-1", "service": "aoss"}}), {})
+
+
+@pytest.mark.parametrize(("aws", "refused"), [(None, False), ({"region": "eu-west-1"}, False),
+                                              ({"region": "eu-west-1", "service": "aoss"}, True)])
+def test_writes_are_refused_up_front_on_serverless(aws: dict[str, str] | None, refused: bool) -> None:
+    from es_provider.cli.common import serverless_refusal
+
+    opensearch = {"url": "https://x.eu-west-1.aoss.amazonaws.com"} | ({"aws": aws} if aws else {})
+    settings = parse_settings("[opensearch]\n" + "\n".join(f"{k} = {_toml(v)}" for k, v in opensearch.items()), {})
+    why = serverless_refusal(settings, "ingest")
+    assert (why is not None) == refused
+    assert why is None or why.startswith("ingest cannot run on OpenSearch Serverless")

@@ -15,23 +15,22 @@ CHAIN = "environment, shared profile, web identity, container or instance metada
 
 def standard_credentials(profile: str | None = None) -> CredentialsProvider:
     """A blocking provider of frozen credentials (called in a thread by sigv4.SigV4). Nothing is fetched here:
-    the chain is walked at the first call."""
+    the chain is walked at the first call, and again when asked for fresh ones."""
     try:
         import botocore.exceptions
         import botocore.session
     except ImportError:
         raise ConfigError("[opensearch.aws] needs botocore: pip install es-provider[aws]") from None
-    session = botocore.session.Session(profile=profile)
-    resolved: list[Any] = []  # the chain's credentials object, once found (it refreshes itself)
+    resolved: list[Any] = []  # the chain's credentials object, once found (refreshable ones refresh themselves)
 
-    def frozen() -> AwsCredentials:
+    def frozen(fresh: bool = False) -> AwsCredentials:
         try:
-            if not resolved:
-                found = session.get_credentials()
+            if fresh or not resolved:
+                found = botocore.session.Session(profile=profile).get_credentials()  # the whole chain, anew
                 if found is None:
                     raise CredentialsUnavailable(f"botocore found none ({CHAIN})"
                                                  + (f", profile {profile}" if profile else ""))
-                resolved.append(found)
+                resolved[:] = [found]
             now = resolved[0].get_frozen_credentials()
         except botocore.exceptions.BotoCoreError as exc:
             # botocore's messages are templates naming files, profiles and variables, never a key.

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Protocol
 from urllib.parse import quote, urlsplit
 
 from es_provider.core.errors import ErrorCode, KnowledgeError
@@ -26,6 +27,7 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 DEFAULT_PORTS = {"http": 80, "https": 443}
 REFRESH_S = 30.0  # how often the chain is asked again when the credentials do not say when they expire
 SOONEST_S = 0.25  # never ask faster than this, even for credentials about to expire
+RENEW_EVERY_S = 5.0  # a refused signature walks the chain afresh at most this often (a wrong key: every request)
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,11 @@ class AwsCredentials:
     expires_at: float | None = None  # epoch seconds; None: long-term keys
 
 
-CredentialsProvider = Callable[[], AwsCredentials]  # blocking (may ask the network): called in a thread only
+class CredentialsProvider(Protocol):
+    """Blocking (it may ask the network): called in a thread only. `fresh`: walk the chain anew rather than take
+    what it holds (after the engine refused a signature: a key rotated in a file, a revoked session)."""
+
+    def __call__(self, fresh: bool = False) -> AwsCredentials: ...
 
 
 class CredentialsUnavailable(Exception):
@@ -88,6 +94,7 @@ class SigV4:
         self._keys: tuple[tuple[str, str, str, str], bytes] | None = None  # the last (day, region, service, secret)
         self._lock = asyncio.Lock()
         self._refresher: asyncio.Task[None] | None = None
+        self._renewed_at = -RENEW_EVERY_S
 
     def __repr__(self) -> str:
         return f"SigV4({self.service} {self.region})"
@@ -142,10 +149,10 @@ class SigV4:
 
     # --- keeping the credentials fresh, off the hot path ---
 
-    async def _fetch(self) -> bool:
-        fresh = await asyncio.to_thread(self._provider)
-        changed = fresh != self._credentials
-        self._credentials = fresh
+    async def _fetch(self, *, fresh: bool = False) -> bool:
+        credentials = await asyncio.to_thread(self._provider, fresh)
+        changed = credentials != self._credentials
+        self._credentials = credentials
         return changed
 
     async def start(self) -> None:
@@ -186,8 +193,11 @@ class SigV4:
         async with self._lock:
             if self._credentials is not seen:
                 return True
+            if time.monotonic() - self._renewed_at < RENEW_EVERY_S:
+                return False
+            self._renewed_at = time.monotonic()
             try:
-                return await self._fetch()
+                return await self._fetch(fresh=True)
             except Exception as exc:
                 log.warning("engine credentials: renewing the AWS credentials failed (%s)", type(exc).__name__)
                 return False

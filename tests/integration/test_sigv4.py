@@ -41,6 +41,15 @@ print(json.dumps({"Version": 1, "AccessKeyId": f"AKIAROTATING{generation:08d}",
                   "SecretAccessKey": f"rotating-secret-{generation}", "SessionToken": f"rotating-token-{generation}",
                   "Expiration": datetime.fromtimestamp(generation * period + life, timezone.utc).isoformat()}))
 """
+# A credential_process whose set changes only when the test writes a new generation to its file (an hour's expiry:
+# nothing refreshes it ahead of time).
+ROTATED = """import json, sys
+from datetime import datetime, timedelta, timezone
+generation = open(sys.argv[1]).read().strip()
+print(json.dumps({"Version": 1, "AccessKeyId": f"AKIAREVOKED{generation}", "SecretAccessKey": f"secret-{generation}",
+                  "SessionToken": f"token-{generation}",
+                  "Expiration": (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()}))
+"""
 
 
 def record(doc: str) -> dict[str, Any]:
@@ -206,6 +215,32 @@ async def test_short_lived_credentials_renewed_mid_run_fail_no_request(opensearc
                 await asyncio.sleep(0.05)
             assert len(statuses) >= 30 and statuses == [200] * len(statuses)
             assert len(front.keys) >= 3  # the first set and at least two renewals, each accepted
+    finally:
+        await admin.drop(direct, kb)
+        await direct.close()
+
+
+async def test_a_session_revoked_under_the_service_is_renewed_and_the_request_resent(opensearch, client_for, aws_env,
+                                                                                    tmp_path) -> None:
+    issuer, generation = tmp_path / "issuer.py", tmp_path / "generation"
+    issuer.write_text(ROTATED)
+    generation.write_text("1")
+    (tmp_path / "aws-config").write_text(f"[profile revoked]\ncredential_process = {sys.executable} {issuer} "
+                                         f"{generation}\n")
+    direct = Engine(opensearch.url, timeout_s=30)
+    kb = new_kb()
+    await admin.create(direct, kb, admin.load_index_body())
+    try:
+        await load_records(direct, kb, [record("revoked-1")])
+        old = Known("AKIAREVOKED1", "secret-1", "token-1")
+        async with sigv4_front(opensearch.url, REGION, "es", [old], directory=tmp_path / "tls") as front:
+            served = await client_for(kb, opensearch=cluster(front, "es", profile="revoked"))
+            assert (await ask(served))[0] == 200
+            generation.write_text("2")  # the new session is issued,
+            front.known[:] = [Known("AKIAREVOKED2", "secret-2", "token-2")]  # and the old one revoked at once
+            statuses = [(await ask(served))[0] for _ in range(5)]
+            # The first was refused (403, token invalid), the chain walked anew and the request resent: none failed.
+            assert statuses == [200] * 5 and front.refused >= 1 and front.keys == {"AKIAREVOKED1", "AKIAREVOKED2"}
     finally:
         await admin.drop(direct, kb)
         await direct.close()

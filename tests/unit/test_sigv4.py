@@ -70,7 +70,7 @@ def frozen_clock(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_headers_equal_botocores(method: str, url: str, body: Any, token: str | None, region: str, service: str,
                                  frozen_clock: None) -> None:
     credentials = AwsCredentials(KEY, SECRET, token)
-    signer = SigV4(lambda: credentials, region, service)
+    signer = SigV4(lambda fresh=False: credentials, region, service)
     signer.use(credentials)
     ours = signer.headers(method, url, body, now=NOW)
     theirs = botocore_headers(method, url, body, credentials, region, service)
@@ -107,7 +107,7 @@ def test_the_signed_host_is_what_the_clients_send(scheme: str, host: str, port: 
 
 def test_the_signing_key_is_derived_once_per_day_and_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     derived: list[bytes] = []
-    signer = SigV4(lambda: AwsCredentials(KEY, SECRET), "eu-west-1", "es")
+    signer = SigV4(lambda fresh=False: AwsCredentials(KEY, SECRET), "eu-west-1", "es")
     signer.use(AwsCredentials(KEY, SECRET))
     original = signer._signing_key
 
@@ -129,7 +129,7 @@ def test_the_signing_key_is_derived_once_per_day_and_secret(monkeypatch: pytest.
 
 def test_no_secret_in_a_repr() -> None:
     credentials = AwsCredentials(KEY, SECRET, TOKEN, expires_at=1.0)
-    signer = SigV4(lambda: credentials, "eu-west-1", "es")
+    signer = SigV4(lambda fresh=False: credentials, "eu-west-1", "es")
     signer.use(credentials)
     for text in (repr(credentials), repr(signer), signer.label):
         assert SECRET not in text and TOKEN not in text and KEY not in text
@@ -141,7 +141,7 @@ def test_no_secret_in_a_repr() -> None:
 def test_the_refresh_follows_the_expiry(expires_in: float | None, expected: float) -> None:
     now = 1000.0
     credentials = AwsCredentials(KEY, SECRET, None, None if expires_in is None else now + expires_in)
-    signer = SigV4(lambda: credentials, "eu-west-1", "es", clock=lambda: now)
+    signer = SigV4(lambda fresh=False: credentials, "eu-west-1", "es", clock=lambda: now)
     signer.use(credentials)
     assert signer.next_refresh_in() == pytest.approx(expected)
 
@@ -149,7 +149,7 @@ def test_the_refresh_follows_the_expiry(expires_in: float | None, expected: floa
 async def test_renewals_at_the_same_time_fetch_once() -> None:
     calls: list[int] = []
 
-    def provider() -> AwsCredentials:
+    def provider(fresh: bool = False) -> AwsCredentials:
         calls.append(1)
         return AwsCredentials(KEY, f"{SECRET}{len(calls)}")
 
@@ -158,5 +158,6 @@ async def test_renewals_at_the_same_time_fetch_once() -> None:
     try:
         assert await asyncio.gather(signer.renew(), signer.renew(), signer.renew()) == [True, True, True]
         assert len(calls) == 2  # the start's, and one for the three refused requests
+        assert await signer.renew() is False and len(calls) == 2  # a refused key does not walk the chain each time
     finally:
         await signer.close()

@@ -14,6 +14,7 @@ import json
 import logging
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -93,8 +94,13 @@ def cluster(front: Any, service: str, **aws: Any) -> dict[str, Any]:
 async def access_records(node_url: str, prefix: str, *, wait_s: float = 15.0) -> int:
     """How many access records the real node holds under `prefix` (waiting for the first one)."""
     def count_now() -> int:
-        with urllib.request.urlopen(f"{node_url}/{prefix}-*/_count", timeout=5) as answer:
-            return int(json.loads(answer.read())["count"])
+        try:
+            with urllib.request.urlopen(f"{node_url}/{prefix}-*/_count", timeout=5) as answer:
+                return int(json.loads(answer.read())["count"])
+        except urllib.error.HTTPError as exc:  # the day's index just made, its shard not started yet: 503
+            if exc.code != 503:
+                raise
+            return 0
 
     deadline = time.monotonic() + wait_s
     while True:

@@ -28,7 +28,21 @@ def find_kb(settings: Settings, kb_id: str) -> KnowledgeBase:
     return kb
 
 
-async def with_engine(settings: Settings, work: Callable[[Engine], Awaitable[int]]) -> int:
+def serverless_refusal(settings: Settings, duty: str) -> str | None:
+    """Why `duty` (a write) cannot run on OpenSearch Serverless, said before anything is written; None elsewhere."""
+    aws = settings.opensearch.aws
+    if aws is None or aws.service != "aoss":
+        return None
+    return (f"{duty} cannot run on OpenSearch Serverless ([opensearch.aws] service = \"aoss\"): it needs refresh, "
+            "scrolls, by-query writes and its own document ids, which collections refuse; write into the collection "
+            "with its own tools (docs/cluster.md, \"OpenSearch Serverless\")")
+
+
+async def with_engine(settings: Settings, work: Callable[[Engine], Awaitable[int]], *,
+                      writes: str | None = None) -> int:
+    """`work` on an engine closed afterwards; `writes` names a write duty, refused up front where it cannot run."""
+    if writes is not None and (why := serverless_refusal(settings, writes)) is not None:
+        return fail(why)
     engine = connect(settings.opensearch)
     try:
         return await work(engine)

@@ -44,7 +44,7 @@ def _change_document(settings: Settings, kb: KnowledgeBase, document: str, done:
         print(done.format(n=changed))
         return 0
 
-    return asyncio.run(with_engine(settings, work))
+    return asyncio.run(with_engine(settings, work, writes="acl and delete"))
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

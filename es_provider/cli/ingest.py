@@ -40,7 +40,7 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
                           concurrency=args.concurrency, environ=os.environ)
         return 0 if clean else EXIT_FAILED
 
-    return asyncio.run(with_engine(settings, work))
+    return asyncio.run(with_engine(settings, work, writes="ingest"))
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -41,7 +41,7 @@ def cmd_kb(args: argparse.Namespace, settings: Settings) -> int:
         print(f"knowledge base {kb.id}: alias {kb.alias} → {index}")
         return 0
 
-    return asyncio.run(with_engine(settings, work))
+    return asyncio.run(with_engine(settings, work, writes="kb reindex" if args.kb_command == "reindex" else None))
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

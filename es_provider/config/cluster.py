@@ -7,6 +7,7 @@ need TLS and credentials, and those rules are checked across keys here, naming t
 from __future__ import annotations
 
 import re
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
@@ -44,10 +45,24 @@ def _node_parts(url: str) -> tuple[str, str]:
     return schemes.pop(), prefixes.pop()
 
 
+class AwsSettings(ConfigModel):
+    """SigV4 signing for Amazon OpenSearch Service or OpenSearch Serverless (docs/cluster.md). The credentials come
+    from botocore's standard chain (environment, shared profile, web identity / IRSA, container and instance
+    metadata) and are refreshed before they expire; needs the aws extra (`pip install es-provider[aws]`)."""
+
+    region: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9-]+$")
+    """The domain's or collection's AWS region, e.g. `eu-west-1`."""
+    service: Literal["es", "aoss"] = "es"
+    """`es`: Amazon OpenSearch Service (a domain); `aoss`: OpenSearch Serverless (a collection)."""
+    profile: str | None = Field(default=None, min_length=1, max_length=128)
+    """A shared-config profile (`~/.aws/config`) to take the credentials from; unset: the default chain
+    (`AWS_PROFILE` included)."""
+
+
 class OpenSearchSettings(ConfigModel):
     """The engine: an OpenSearch 2.x or Elasticsearch 8 or 9 cluster, and how to reach it (docs/cluster.md). TLS
-    verification is always on unless `insecure`; at most one way to authenticate (username + password_ref or
-    api_key_ref), with or without a client certificate."""
+    verification is always on unless `insecure`; at most one way to authenticate (username + password_ref,
+    api_key_ref or aws), with or without a client certificate."""
 
     url: str = "http://127.0.0.1:9200"
     """The engine's URL, or several nodes, comma-separated (requests go round-robin; a retry after a connection
@@ -78,6 +93,8 @@ class OpenSearchSettings(ConfigModel):
     `Authorization: ApiKey …`: the encoded form Elasticsearch returns, or `id:key`."""
     insecure: bool = False
     """Do not verify the engine's TLS certificate (a test cluster only): logged as a warning at every start."""
+    aws: AwsSettings | None = None
+    """Sign every request with AWS SigV4 (IAM) instead of a password or key; https only."""
 
     @field_validator("url")
     @classmethod
@@ -97,7 +114,8 @@ class OpenSearchSettings(ConfigModel):
         if (self.username is None) != (self.password_ref is None):
             raise ValueError("username and password_ref go together")
         ways = [name for name, on in (("username + password_ref", self.username is not None),
-                                      ("api_key_ref", self.api_key_ref is not None)) if on]
+                                      ("api_key_ref", self.api_key_ref is not None),
+                                      ("aws", self.aws is not None)) if on]
         if len(ways) > 1:
             raise ValueError(f"choose one way to authenticate, not {' and '.join(ways)}")
         if (self.client_cert_file is None) != (self.client_key_file is None):
@@ -110,6 +128,8 @@ class OpenSearchSettings(ConfigModel):
         tls_keys = [key for key in ("ca_file", "ca_fingerprint", "client_cert_file") if getattr(self, key)]
         if scheme == "http" and (tls_keys or self.insecure):
             raise ValueError(f"{', '.join(tls_keys) or 'insecure'} set, but the url is http:// (no TLS)")
+        if scheme == "http" and self.aws is not None:
+            raise ValueError("aws (SigV4) needs an https:// url: AWS endpoints take no plain HTTP")
         return self
 
     @property

@@ -23,7 +23,7 @@ from es_provider.engine import dialect
 from es_provider.engine.connection import Connection, Node
 from es_provider.engine.credentials import Authorizer
 from es_provider.engine.dialect import Flavor
-from es_provider.engine.errors import UnsupportedEngineError, engine_errors
+from es_provider.engine.errors import UnsupportedEngineError, aws_refusal, engine_errors
 from es_provider.engine.transient import never_sent, transient
 from es_provider.engine.transport import ClientConnection, OrjsonSerializer, SearchDoor
 
@@ -36,7 +36,9 @@ def _host(node: Node) -> dict[str, Any]:
 
 
 def _refused_credentials(exc: BaseException) -> bool:
-    return isinstance(exc, TransportError) and exc.status_code == 401
+    """401, or AWS's 403 for an expired token or a signature it cannot match (credentials rotated under us)."""
+    return isinstance(exc, TransportError) and (exc.status_code == 401 or (
+        exc.status_code == 403 and aws_refusal(exc.info) is not None))
 
 
 def _client_auth(auth: Authorizer | None) -> Callable[..., dict[str, str]] | None:
@@ -80,6 +82,9 @@ class EngineBase:
 
     async def flavor(self, budget: Budget | None = None) -> Flavor:
         """OpenSearch or Elasticsearch, and its version (dialect.py), from the node's `GET /`, once."""
+        if self._flavor is None and self.connection.serverless:
+            # Serverless answers GET / with an empty 404; its collections speak OpenSearch 2's API.
+            self._flavor = Flavor("opensearch", "2")
         if self._flavor is None:
             root = await self.info(budget)
             try:
@@ -92,6 +97,7 @@ class EngineBase:
     async def close(self) -> None:
         await self._client.close()
         self._door.close()
+        await self.connection.close()
 
     def _default_budget(self) -> Budget:
         return fixed_budget(int(self._timeout_s * 1000), now_monotonic=time.monotonic())
@@ -121,7 +127,7 @@ class EngineBase:
                 async with asyncio.timeout(remaining):
                     return await call(remaining)
             except Exception as exc:
-                if _refused_credentials(exc) and self.connection.renew():
+                if _refused_credentials(exc) and await self.connection.renew():
                     log.info("engine refused the credential; resending with the rotated one")
                     async with asyncio.timeout(max(0.001, budget.remaining(time.monotonic()))):
                         return await call(budget.remaining(time.monotonic()))
@@ -153,8 +159,8 @@ class EngineBase:
     async def knn_available(self, budget: Budget | None = None) -> bool:
         """Whether every node has the k-NN plugin (official image: "opensearch-knn"; local node: KNNPlugin).
         Elasticsearch 8 and later has kNN search built in (dense_vector)."""
-        if (await self.flavor(budget)).elastic:
-            return True
+        if self.connection.serverless or (await self.flavor(budget)).elastic:
+            return True  # Serverless has no _nodes to ask: k-NN is part of its vector search collections
         return await self._every_node(
             "plugins", lambda name: "knn" in name.lower(), budget)
 

@@ -66,6 +66,7 @@ class Bulk(IndexAdmin):
     ) -> AsyncIterator[tuple[bool, dict[str, Any]]]:
         """Streams per-action outcomes; failures are yielded (never raised away) so the caller can report them."""
         with engine_errors():
+            await self.connection.prepare()  # as _call does: streams start outside it
             async for ok, item in async_streaming_bulk(
                 self._client,
                 actions,

@@ -80,6 +80,7 @@ class ByQuery(Bulk):
 
     async def _matches(self, index: str, query: dict[str, Any], *, source: bool) -> AsyncIterator[dict[str, Any]]:
         with engine_errors():
+            await self.connection.prepare()  # as _call does: streams start outside it
             async for hit in async_scan(self._client, index=index, size=500, scroll="5m",
                                         request_timeout=self._timeout_s, _source=source,
                                         query={"query": query, "seq_no_primary_term": True}):

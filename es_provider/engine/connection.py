@@ -1,6 +1,7 @@
 """The connection model: [opensearch] (or [access_log.engine]) → `Connection` — the nodes (scheme, host, port and the
 path prefix a gateway needs kept), one TLS context (the company CA replacing the system's trust, a pinned
-fingerprint, a client certificate, or verification off when `insecure`) and one authorizer (basic or API key).
+fingerprint, a client certificate, or verification off when `insecure`) and one authorizer (basic, API key or
+SigV4, whose credentials refresh runs from the first use to `close()`).
 Both clients, the search door and opensearch-py (admin, bulk, scans, the CLI, the stores, the access record), are
 built from it, so there is no second place that opens a connection. Secrets are read here, at start: a missing one
 stops the start naming its variable; none is ever part of a URL.
@@ -21,7 +22,9 @@ from urllib.parse import urlsplit
 from es_provider.config.cluster import OpenSearchSettings
 from es_provider.config.settings import ConfigError
 from es_provider.core.errors import ErrorCode, KnowledgeError
+from es_provider.engine.aws import standard_credentials
 from es_provider.engine.credentials import Authorizer, RotatingSecret, api_key_auth, basic_auth
+from es_provider.engine.sigv4 import SigV4
 
 log = logging.getLogger("es_provider.engine")
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -95,12 +98,14 @@ def _authorizer(settings: OpenSearchSettings, environ: Mapping[str, str]) -> Aut
         return basic_auth(settings.username, RotatingSecret(settings.password_ref, environ))
     if settings.api_key_ref is not None:
         return api_key_auth(RotatingSecret(settings.api_key_ref, environ))
+    if settings.aws is not None:
+        return SigV4(standard_credentials(settings.aws.profile), settings.aws.region, settings.aws.service)
     return None
 
 
 class Connection:
     """Where the engine is and how to reach it; `prepare()` runs once before the first request (pinning a
-    fingerprint)."""
+    fingerprint, fetching the first AWS credentials and starting their refresh), `close()` stops that refresh."""
 
     def __init__(self, nodes: list[Node], *, tls: ssl.SSLContext | None = None, auth: Authorizer | None = None,
                  fingerprint: str | None = None, timeout_s: float = 30.0, client_cert: bool = False) -> None:
@@ -112,7 +117,7 @@ class Connection:
         self.timeout_s = timeout_s
         self.may_want_client_cert = tls is not None and not client_cert
         self._fingerprint = fingerprint
-        self._prepared = fingerprint is None
+        self._prepared = fingerprint is None and not isinstance(auth, SigV4)
         self._lock = asyncio.Lock()
 
     @classmethod
@@ -124,18 +129,29 @@ class Connection:
         return f"Connection({self.url})"
 
     @property
+    def serverless(self) -> bool:
+        """OpenSearch Serverless (aws.service = "aoss"): no `GET /`, no `_nodes`, a subset of the API."""
+        return isinstance(self.auth, SigV4) and self.auth.service == "aoss"
+
+    @property
     def url(self) -> str:
         return ",".join(node.base for node in self.nodes)
 
     def describe(self) -> str:
         """For the start's log line: where, and how (the secret's variable, never the secret)."""
-        how = [] if self.auth is None else [repr(self.auth).removeprefix("HeaderAuth(").removesuffix(")")]
+        if isinstance(self.auth, SigV4):
+            how = [self.auth.label]
+        else:
+            how = [] if self.auth is None else [repr(self.auth).removeprefix("HeaderAuth(").removesuffix(")")]
         if self.tls is not None:
             how.append("TLS, not verified" if self.tls.verify_mode == ssl.CERT_NONE else "TLS")
         return f"{self.url} ({', '.join(how) or 'plain HTTP, no credentials'})"
 
-    def renew(self) -> bool:
-        """After the engine answered 401: whether a rotated credential is now at hand (a file re-read)."""
+    async def renew(self) -> bool:
+        """After the engine refused the credential (401, or 403 for a SigV4 token or signature): whether another
+        one is now at hand (a file re-read, AWS credentials fetched again)."""
+        if isinstance(self.auth, SigV4):
+            return await self.auth.renew()
         renew = getattr(self.auth, "renew", None)
         return bool(renew()) if renew is not None else False
 
@@ -143,10 +159,21 @@ class Connection:
         if self._prepared:
             return
         async with self._lock:
-            if not self._prepared and self._fingerprint is not None:
+            if self._prepared:
+                return
+            if self._fingerprint is not None:
                 assert self.tls is not None
                 await asyncio.to_thread(_pin, self.tls, self.nodes[0], self._fingerprint, self.timeout_s)
+                self._fingerprint = None  # pinned: a later prepare (after close) need not pin again
+            if isinstance(self.auth, SigV4):
+                await self.auth.start()
             self._prepared = True
+
+    async def close(self) -> None:
+        """Stops the SigV4 credentials' refresh; a later request prepares again."""
+        if isinstance(self.auth, SigV4):
+            await self.auth.close()
+            self._prepared = False
 
 
 def _pin(context: ssl.SSLContext, node: Node, fingerprint: str, timeout_s: float) -> None:

@@ -37,11 +37,32 @@ def map_error(exc: BaseException) -> KnowledgeError:
             return KnowledgeError(ErrorCode.UNAVAILABLE, detail=(
                 "engine refused the service's credentials (401): check [opensearch] username + password_ref, "
                 "api_key_ref, aws or the client certificate"))
+        if status == 403 and (aws := aws_refusal(exc.info)) is not None:
+            return KnowledgeError(ErrorCode.UNAVAILABLE, detail=(
+                f"engine refused the service's AWS signature (403): {aws}; check the AWS credentials "
+                "([opensearch.aws] profile, or the chain's environment, web identity or instance role), region and "
+                "service"))
+        if status == 403 and "not authorized to perform" in str(exc.info):
+            return KnowledgeError(ErrorCode.UNAVAILABLE, detail=(
+                f"engine refused a privilege (403): {str(exc.info)[:300]}; grant the IAM actions docs/cluster.md "
+                "lists"))
         if status == 403 and "security_exception" in str(exc.error):
             return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"engine refused a privilege (403): {_reason(exc)}; "
                                   "`es-provider check --duty …` lists what to grant")
         return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"engine error {status}: {exc}")
     return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"unexpected engine failure: {exc!r}")
+
+
+# AWS's refusals of a signature or a token, answered as {"message": …} rather than the engine's own error shape.
+_AWS_SIGNATURE = ("signature", "security token", "credential")
+
+
+def aws_refusal(info: Any) -> str | None:
+    """The message of AWS's 403 for a signature or token it refused (never an IAM or engine privilege)."""
+    message = info.get("message") or info.get("Message") if isinstance(info, dict) else None
+    if isinstance(message, str) and any(word in message.lower() for word in _AWS_SIGNATURE):
+        return message[:300]
+    return None
 
 
 def _reason(exc: TransportError) -> str:

@@ -91,6 +91,7 @@ class Reads(EngineBase):
         """Every document of `index` (id and _source) matching `query` (all by default), in pages, under one
         point-in-time-free scroll."""
         with engine_errors():
+            await self.connection.prepare()  # as _call does: streams start outside it
             async for hit in async_scan(self._client, index=index, size=page, scroll="5m",
                                         request_timeout=self._timeout_s,
                                         query={"query": query or {"match_all": {}}}):
@@ -101,6 +102,7 @@ class Reads(EngineBase):
         """The `_source` of every match of `query`, with only `fields`, under one scroll: listings longer than a
         search may return (the documents an ingest sync holds), without the chunks' text."""
         with engine_errors():
+            await self.connection.prepare()  # as _call does: streams start outside it
             async for hit in async_scan(self._client, index=index, size=page, scroll="5m",
                                         request_timeout=self._timeout_s, query={"query": query, "_source": fields}):
                 yield hit.get("_source") or {}

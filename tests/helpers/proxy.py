@@ -5,8 +5,9 @@ with a fixed status (429/503) instead of forwarding, or stand for a gateway that
 from __future__ import annotations
 
 import asyncio
+import inspect
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import ClientSession, web
@@ -19,7 +20,8 @@ class EngineProxy:
     status: int | None = None
     fail_matching: str | None = None  # answer `status` only to requests whose method+path contains this
     prefix: str = ""  # a gateway's path: only requests under it are forwarded (without it), others answer 404
-    gate: Callable[[web.Request], web.StreamResponse | None] | None = None  # an answer refuses the request
+    # An answer refuses the request; a coroutine gate may read the body (aiohttp keeps it for the forwarding).
+    gate: Callable[[web.Request], web.StreamResponse | Awaitable[web.StreamResponse | None] | None] | None = None
     ssl_context: ssl.SSLContext | None = None  # served over TLS (tls_front.py)
     requests: list[str] = field(default_factory=list)
     url: str = ""
@@ -38,6 +40,8 @@ class EngineProxy:
                 return web.Response(status=404, text="<html>no route</html>", content_type="text/html")
             path_qs = path_qs[len(self.prefix):]
         refusal = self.gate(request) if self.gate is not None else None
+        if inspect.isawaitable(refusal):
+            refusal = await refusal
         if refusal is not None:
             return refusal
         if self.delay_s:

@@ -37,6 +37,15 @@ from es_provider.engine.credentials import RotatingSecret, api_key_auth, basic_a
     ({"url": "http://es.corp", "ca_file": "ca.pem"}, "ca_file set, but the url is http://"),
     ({"url": "http://es.corp", "insecure": True}, "insecure set, but the url is http://"),
     ({"ca_fingerprint": "not-hex"}, "64 hex digits"),
+    ({"aws": {"region": "eu-west-1"}, "username": "svc", "password_ref": "PW"},
+     "choose one way to authenticate, not username + password_ref and aws"),
+    ({"aws": {"region": "eu-west-1", "service": "aoss"}, "api_key_ref": "KEY"},
+     "choose one way to authenticate, not api_key_ref and aws"),
+    ({"url": "http://es.corp", "aws": {"region": "eu-west-1"}}, "aws (SigV4) needs an https:// url"),
+    ({"aws": {"region": "eu-west-1", "service": "s3"}}, "aws.service"),
+    ({"aws": {"region": "EU West"}}, "aws.region"),
+    ({"aws": {"service": "es"}}, "aws.region"),
+    ({"aws": {"region": "eu-west-1", "role_arn": "arn:aws:iam::1:role/x"}}, "aws.role_arn"),
 ])
 def test_inconsistent_keys_stop_the_start_naming_them(keys: dict[str, Any], message: str) -> None:
     keys = {"url": "https://es.corp:9200", **keys}
@@ -137,3 +146,41 @@ def test_tls_settings_become_one_context(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="client_cert_file / client_key_file"):
         from_settings(OpenSearchSettings(url="https://es.corp", client_cert_file=str(tmp_path / "bad.pem"),
                                          client_key_file=str(tmp_path / "bad.pem")), {})
+
+
+def test_aws_builds_a_sigv4_connection_described_without_secrets() -> None:
+    from es_provider.engine.sigv4 import SigV4
+
+    connection = from_settings(OpenSearchSettings.model_validate(
+        {"url": "https://search-kb.eu-west-1.es.amazonaws.com", "aws": {"region": "eu-west-1"}}), {})
+    assert isinstance(connection.auth, SigV4) and (connection.auth.region, connection.auth.service) == (
+        "eu-west-1", "es")
+    assert connection.describe() == "https://search-kb.eu-west-1.es.amazonaws.com (SigV4 es eu-west-1, TLS)"
+
+
+def test_aws_without_botocore_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real = builtins.__import__
+
+    def no_botocore(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.startswith("botocore"):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_botocore)
+    with pytest.raises(ConfigError, match=r"pip install es-provider\[aws\]"):
+        from_settings(OpenSearchSettings.model_validate(
+            {"url": "https://x.aoss.amazonaws.com", "aws": {"region": "us-east-1", "service": "aoss"}}), {})
+
+
+@pytest.mark.parametrize(("aws", "refused"), [(None, False), ({"region": "eu-west-1"}, False),
+                                              ({"region": "eu-west-1", "service": "aoss"}, True)])
+def test_writes_are_refused_up_front_on_serverless(aws: dict[str, str] | None, refused: bool) -> None:
+    from es_provider.cli.common import serverless_refusal
+
+    opensearch = {"url": "https://x.eu-west-1.aoss.amazonaws.com"} | ({"aws": aws} if aws else {})
+    settings = parse_settings("[opensearch]\n" + "\n".join(f"{k} = {_toml(v)}" for k, v in opensearch.items()), {})
+    why = serverless_refusal(settings, "ingest")
+    assert (why is not None) == refused
+    assert why is None or why.startswith("ingest cannot run on OpenSearch Serverless")

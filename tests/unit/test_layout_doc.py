@@ -27,3 +27,10 @@ def test_every_room_has_its_line() -> None:
     rooms = {line.strip().split()[0] for line in layout_lines() if re.match(r"^  [a-z_]+/\s", line)}
     packages = {f"{p.parent.name}/" for p in PACKAGE.glob("*/__init__.py")}
     assert rooms == packages
+
+
+def test_no_two_test_modules_share_a_name() -> None:
+    """pytest imports test modules by their basename (no packages under tests/): a second one of a name stops the
+    whole run at collection."""
+    names = sorted(p.name for p in (ROOT / "tests").rglob("test_*.py"))
+    assert sorted({n for n in names if names.count(n) > 1}) == []

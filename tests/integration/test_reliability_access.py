@@ -8,6 +8,7 @@ dropped, counted."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -21,6 +22,7 @@ from helpers.proxy import EngineProxy
 from helpers.records import metric, record_ids
 from helpers.setup import load_records
 
+from es_provider.audit import access
 from es_provider.engine.client import Engine
 
 DOCS = [{"document_id": f"doc-{n}", "content": f"installation notes number {n}.", "tenant_id": "team-a",
@@ -50,8 +52,10 @@ class BulkRefusingProxy(EngineProxy):
 
 
 async def day_index(engine: Engine, prefix: str) -> str:
-    (name,) = await engine.list_indices(f"{prefix}-*")
-    return str(name)
+    """Today's index, where the records go (tomorrow's is made ahead, empty)."""
+    name = access.day_index(prefix, dt.datetime.now(dt.UTC).date())
+    assert name in await engine.list_indices(f"{prefix}-*")
+    return name
 
 
 Outage = Callable[[Engine, str, bool], Awaitable[None]]

@@ -6,6 +6,7 @@ cluster-manager and then the node holding the access index's primary are killed;
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from helpers.calls import body, headers
 from helpers.records import metric, record_ids
 from helpers.setup import LOCAL, load_records, new_kb
 
+from es_provider.audit import access
 from es_provider.engine.client import Engine
 from es_provider.ingest import admin
 
@@ -256,7 +258,7 @@ async def primary_not_on_the_manager(engine: Engine, prefix: str) -> int:
     """The node holding the primary of the day's access index; moved first to the node without a copy if it is
     the manager, so what is killed is a data node, not another election."""
     async def started() -> list[dict[str, Any]]:
-        shards = await engine._client.cat.shards(index=f"{prefix}-*", format="json")
+        shards = await engine._client.cat.shards(index=await day_index(engine, prefix), format="json")
         return [r for r in shards if r["prirep"] == "p" and r["state"] == "STARTED"]
 
     holder = await node_of(engine, started)
@@ -265,7 +267,7 @@ async def primary_not_on_the_manager(engine: Engine, prefix: str) -> int:
     if holder != manager:
         return holder
     copies = {int(r["node"].removeprefix("node-")) for r in await engine._client.cat.shards(
-        index=f"{prefix}-*", format="json") if r.get("node")}
+        index=await day_index(engine, prefix), format="json") if r.get("node")}
     target = min({0, 1, 2} - copies)
     await engine._client.cluster.reroute(body={"commands": [{"move": {
         "index": await day_index(engine, prefix), "shard": 0, "from_node": f"node-{holder}",
@@ -284,7 +286,9 @@ async def phase_figures(client: Any, checked: list[bool], answers: list[tuple[st
 
 
 async def day_index(engine: Engine, prefix: str) -> str:
-    (name,) = await engine.list_indices(f"{prefix}-*")
-    return str(name)
+    """Today's index, where the records go (tomorrow's is made ahead, empty)."""
+    name = access.day_index(prefix, dt.datetime.now(dt.UTC).date())
+    assert name in await engine.list_indices(f"{prefix}-*")
+    return name
 
 

@@ -120,3 +120,19 @@ class IndexAdmin(EngineBase):
         except RequestError as exc:
             if exc.error != "resource_already_exists_exception":  # another process made it first
                 raise
+
+    async def _ensure_index(self, index: str, body: dict[str, Any], budget: Budget | None) -> None:
+        """Makes one of the service's own indices with `body` before this process first writes to it, unless it
+        exists. Writing first would leave it to a cluster that creates indices on write (action.auto_create_index,
+        both engines' default) to make it with dynamic mappings: keywords become text and the term lookups on it
+        find nothing. Once per index and process; an index deleted after that is made again only where the engine
+        refuses to create it on write (the writers' 404 path)."""
+        if index in self._ensured:
+            return
+
+        async def run(left: float) -> None:
+            if not await self._client.indices.exists(index=index, request_timeout=left):
+                await self._make_index(index, body, left)
+
+        await self._call(budget, run)
+        self._ensured.add(index)

@@ -110,6 +110,8 @@ SERVE: tuple[Privilege, ...] = (
        os_cluster=True, when=When.EMBEDDER),
     _p("indices:admin/mappings/fields/get", K, "view_index_metadata",
        "mapped_fields, metadata_types (the ACL and metadata fields an index can enforce)"),
+    _p("indices:admin/mappings/fields/get[index]", K, "view_index_metadata",
+       "mapped_fields, metadata_types: the read on each index (refused, the plugin answers 404 with no body)"),
     _p("indices:admin/aliases/get", K, "view_index_metadata",
        "existing_aliases (AgentArts' knowledge listing), alias_targets"),
     _p(NODES.action, C, NODES.elastic, NODES.calls, when=When.EMBEDDER),

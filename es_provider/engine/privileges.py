@@ -225,15 +225,19 @@ def _unique(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def opensearch_role(duty: Duty, names: Names = Names()) -> dict[str, Any]:
-    """The security plugin's role (the body of `PUT _plugins/_security/api/roles/<name>`; a roles.yml entry)."""
-    privileges = DUTIES[duty]
+def opensearch_permissions(privileges: Sequence[Privilege], names: Names = Names()) -> dict[str, Any]:
+    """`privileges` as the security plugin's cluster and index permissions."""
     return {
-        "description": f"es-provider: the {duty} duty (docs/cluster.md)",
         "cluster_permissions": _unique(p.action for p in privileges if p.target is C or p.os_cluster),
         "index_permissions": [{"index_patterns": patterns, "allowed_actions": actions}
                               for patterns, actions in _grouped(privileges, names, "opensearch")],
     }
+
+
+def opensearch_role(duty: Duty, names: Names = Names()) -> dict[str, Any]:
+    """The security plugin's role (the body of `PUT _plugins/_security/api/roles/<name>`; a roles.yml entry)."""
+    return {"description": f"es-provider: the {duty} duty (docs/cluster.md)",
+            **opensearch_permissions(DUTIES[duty], names)}
 
 
 def elasticsearch_role(duty: Duty, names: Names = Names()) -> dict[str, Any]:

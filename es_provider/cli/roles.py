@@ -1,11 +1,12 @@
-"""`es-provider roles --engine opensearch|elasticsearch --format yaml|rest|json`: the least-privilege role of every
-duty (engine/privileges.py), for the configuration's index names with `--config`, else the defaults (the text
-docs/cluster.md shows, `make cluster-roles`)."""
+"""`es-provider roles --engine opensearch|elasticsearch --format yaml|rest|json|markdown`: the least-privilege
+role of every duty (engine/privileges.py), for the configuration's index names with `--config`, else the defaults
+(the text docs/cluster.md shows, `make cluster-roles`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from es_provider.cli.common import EXIT_USAGE, fail
 from es_provider.config.settings import Settings
@@ -15,7 +16,9 @@ from es_provider.engine.probes import names_of
 
 def cmd_roles(args: argparse.Namespace, settings: Settings | None) -> int:
     names = names_of(settings) if settings is not None else privileges.Names()
-    if args.format == "yaml":
+    if args.format == "markdown":
+        sys.stdout.write(privileges.doc_block(names) + "\n")
+    elif args.format == "yaml":
         if args.engine != "opensearch":
             return fail("--format yaml is the OpenSearch security plugin's roles.yml: use rest or json for "
                         "Elasticsearch", EXIT_USAGE)
@@ -30,6 +33,11 @@ def cmd_roles(args: argparse.Namespace, settings: Settings | None) -> int:
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     roles = sub.add_parser("roles", help="the least-privilege role of every duty (docs/cluster.md)")
     roles.add_argument("--engine", choices=["opensearch", "elasticsearch"], default="opensearch")
-    roles.add_argument("--format", choices=["yaml", "rest", "json"], default="yaml")
+    roles.add_argument("--format", choices=["yaml", "rest", "json", "markdown"], default="yaml")
     roles.add_argument("--config", default=None, help="use this configuration's index names (default: the defaults)")
     roles.set_defaults(run=cmd_roles)
+
+
+def rewrite(page: Path) -> None:
+    """`make cluster-roles`: the generated part of docs/cluster.md written anew."""
+    page.write_text(privileges.spliced(page.read_text(encoding="utf-8"), privileges.doc_block()), encoding="utf-8")

@@ -21,7 +21,7 @@ def table(findings: list[Finding], elastic: bool) -> str:
     rows = [("privilege", "on", "status", "grant")]
     for f in findings:
         p = f.privilege
-        grant = "" if f.status is Status.HELD else (
+        grant = "" if f.status is not Status.MISSING else (
             f"{p.elastic} ({'cluster' if p.target.value == 'cluster' else 'index'} privilege)" if elastic
             else f"{p.action} ({'cluster' if p.os_cluster or p.target.value == 'cluster' else 'index'} permission)")
         rows.append((p.action if not elastic else f"{p.elastic} ({p.action})", f.on, f.status.value, grant))
@@ -54,8 +54,8 @@ def cmd_check(args: argparse.Namespace, settings: Settings) -> int:
     missing = [f for f in findings if f.status is Status.MISSING]
     unchecked = [f for f in findings if f.status is Status.UNCHECKED]
     if missing or unchecked:
-        print(f"\n{duty} duty: {len(missing)} missing, {len(unchecked)} unchecked of {len(findings)}; grant the "
-              f"role {role_name(duty)} (docs/cluster.md, `es-provider roles`)")
+        grant = f"; grant the role {role_name(duty)} (docs/cluster.md, `es-provider roles`)" if missing else ""
+        print(f"\n{duty} duty: {len(missing)} missing, {len(unchecked)} unchecked of {len(findings)}{grant}")
         return EXIT_FAILED
     print(f"\n{duty} duty: all {len(findings)} privileges held")
     return 0

@@ -48,7 +48,7 @@ class Grants:
         cannot be asked leaves the last answer standing: readiness reports that failure on its own."""
         async with self._lock:
             if self._probed_at is None or self._clock() - self._probed_at >= self._every_s:
-                findings = await self._engine.probe(self._privileges, self._names)
+                findings = await self._engine.probe(self._privileges, self._names, budget=budget)
                 self._probed_at = self._clock()
                 missing = [f for f in findings if f.status is Status.MISSING]
                 if missing != self._missing:

@@ -27,6 +27,7 @@ import orjson
 from opensearchpy.exceptions import TransportError
 
 from es_provider.config.settings import Settings
+from es_provider.core.deadline import Budget
 from es_provider.engine.base import EngineBase
 from es_provider.engine.privileges import Duty, Names, Privilege, Target, When, needed
 
@@ -181,7 +182,7 @@ def privileges_of(settings: Settings, duty: Duty) -> list[Privilege]:
 class Probes(EngineBase):
     """The Engine's (client.py) privilege probes."""
 
-    async def _raw(self, call: _Call) -> tuple[int, Any]:
+    async def _raw(self, call: _Call, budget: Budget | None = None) -> tuple[int, Any]:
         async def run(left: float) -> tuple[int, Any]:
             headers = {"Content-Type": "application/x-ndjson" if call.ndjson else "application/json"}
             try:
@@ -193,54 +194,48 @@ class Probes(EngineBase):
                     raise  # wrong credentials, no connection: the boundary says which
                 return exc.status_code, exc.info
 
-        return await self._call(None, run, retry=False)
+        return await self._call(budget, run, retry=False)
 
-    async def probe(self, privileges: Sequence[Privilege], names: Names,
-                    today: dt.date | None = None) -> list[Finding]:
+    async def probe(self, privileges: Sequence[Privilege], names: Names, today: dt.date | None = None,
+                    budget: Budget | None = None) -> list[Finding]:
         """Whether this client holds each of `privileges` on the indices `names` gives their targets (each
-        knowledge base alias in turn). Raises KnowledgeError when the engine cannot be asked at all."""
-        status, root = await self._raw(_Call(("cluster:monitor/main",), "GET", "/"))
+        knowledge base alias in turn), all within `budget`. Raises KnowledgeError when the engine cannot be asked
+        at all."""
+        status, root = await self._raw(_Call(("cluster:monitor/main",), "GET", "/"), budget)
         elastic = status == 200 and isinstance(root, dict) and \
             (root.get("version") or {}).get("distribution") != "opensearch"
         if status == 403 and not _refused_actions(root) and "unauthorized" in str(root):
             elastic = True  # Elasticsearch's refusal of GET / ("action [...] is unauthorized")
         if elastic:
-            return await self._has_privileges(privileges, names)
-        return await self._tried(privileges, names, today or dt.datetime.now(dt.UTC).date())
+            return await self._has_privileges(privileges, names, budget)
+        return await self._tried(privileges, names, today or dt.datetime.now(dt.UTC).date(), budget)
 
-    async def _tried(self, privileges: Sequence[Privilege], names: Names, today: dt.date) -> list[Finding]:
-        answers: dict[tuple[str, str], tuple[int, Any]] = {}
+    async def _tried(self, privileges: Sequence[Privilege], names: Names, today: dt.date,
+                     budget: Budget | None) -> list[Finding]:
+        answers = _Answers(self, budget)
         findings = []
         for privilege in privileges:
             for name, spare in _where(privilege.target, names, today):
                 findings.append(await self._tried_one(privilege, name, spare, answers))
         return findings
 
-    async def _tried_one(self, privilege: Privilege, name: str, spare: str,
-                         answers: dict[tuple[str, str], tuple[int, Any]]) -> Finding:
+    async def _tried_one(self, privilege: Privilege, name: str, spare: str, answers: _Answers) -> Finding:
         call = _call_for(privilege, name, spare)
         if call is None:
             return Finding(privilege, name, Status.UNCHECKED, "no probe for this action")
         if call.needs_index:
-            exists, _ = await self._answer(_Call(("indices:admin/get",), "GET", f"/{name}?filter_path=*.settings"),
-                                           answers)
+            exists, _ = await answers.of(_Call(("indices:admin/get",), "GET", f"/{name}?filter_path=*.settings"))
             if exists == 404:
                 return Finding(privilege, name, Status.UNCHECKED,
                                f"{name} is not there yet (the service makes it at its first write)")
             if exists != 200:
                 return Finding(privilege, name, Status.UNCHECKED, f"cannot tell whether {name} exists ({exists})")
-        status, answer = await self._answer(call, answers)
+        status, answer = await answers.of(call)
         verdict, detail = _verdict(privilege, call, status, answer)
         return Finding(privilege, name, verdict, detail)
 
-    async def _answer(self, call: _Call, answers: dict[tuple[str, str], tuple[int, Any]]) -> tuple[int, Any]:
-        """One answer per distinct call: the privileges of one call's chain share it."""
-        key = (call.method, call.path + (call.body or b"").decode())
-        if key not in answers:
-            answers[key] = await self._raw(call)
-        return answers[key]
-
-    async def _has_privileges(self, privileges: Sequence[Privilege], names: Names) -> list[Finding]:
+    async def _has_privileges(self, privileges: Sequence[Privilege], names: Names,
+                              budget: Budget | None) -> list[Finding]:
         cluster = sorted({p.elastic for p in privileges if p.target is Target.CLUSTER})
         by_target: dict[Target, set[str]] = {}
         for p in privileges:
@@ -248,7 +243,7 @@ class Probes(EngineBase):
                 by_target.setdefault(p.target, set()).add(p.elastic)
         body = {"cluster": cluster, "index": [{"names": names.patterns(t), "privileges": sorted(held)}
                                               for t, held in by_target.items()]}
-        status, answer = await self._raw(_Call((), "POST", "/_security/user/_has_privileges", _json(body)))
+        status, answer = await self._raw(_Call((), "POST", "/_security/user/_has_privileges", _json(body)), budget)
         if status != 200 or not isinstance(answer, dict):
             detail = f"_has_privileges answered {status}: {str(answer)[:200]}"
             return [Finding(p, _on(p, names), Status.UNCHECKED, detail, elastic=True) for p in privileges]
@@ -262,6 +257,21 @@ class Probes(EngineBase):
             findings.append(Finding(p, _on(p, names), Status.HELD if held else Status.MISSING,
                                     "" if held else f"no {p.elastic} privilege", elastic=True))
         return findings
+
+
+class _Answers:
+    """One answer per distinct call of a probe run: the privileges of one call's chain share it."""
+
+    def __init__(self, engine: Probes, budget: Budget | None) -> None:
+        self._engine = engine
+        self._budget = budget
+        self._seen: dict[tuple[str, str, bytes], tuple[int, Any]] = {}
+
+    async def of(self, call: _Call) -> tuple[int, Any]:
+        key = (call.method, call.path, call.body or b"")
+        if key not in self._seen:
+            self._seen[key] = await self._engine._raw(call, self._budget)
+        return self._seen[key]
 
 
 def _on(privilege: Privilege, names: Names) -> str:

@@ -102,7 +102,7 @@ class FakeEngine(probes.Probes):
         self.answers = answers
         self.asked: list[tuple[str, str, bytes | None]] = []
 
-    async def _raw(self, call: Any) -> tuple[int, Any]:
+    async def _raw(self, call: Any, budget: Any = None) -> tuple[int, Any]:
         self.asked.append((call.method, call.path, call.body))
         return self.answers.get((call.method, call.path.split("?")[0]), (200, {}))
 
@@ -140,7 +140,7 @@ def test_grants_refuse_while_a_privilege_is_missing() -> None:
         def __init__(self) -> None:
             self.findings = [Finding(SERVE[1], "kb-docs", Status.MISSING, "refused")]
 
-        async def probe(self, *_: Any) -> list[Finding]:
+        async def probe(self, *_: Any, **__: Any) -> list[Finding]:
             return self.findings
 
     engine = Engine()

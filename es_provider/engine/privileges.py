@@ -128,6 +128,9 @@ SERVE: tuple[Privilege, ...] = (
     _p("indices:data/write/delete/byquery", R, "delete", "delete_by_query (forgetting expired signatures)",
        when=When.REPLAYS),
     _p("indices:data/read/search", R, "read", "delete_by_query's search for the expired", when=When.REPLAYS),
+    _p("indices:data/write/delete", R, "delete", "delete_by_query's deletes of the expired", when=When.REPLAYS),
+    _p("indices:data/read/scroll", R, "read", "delete_by_query's scroll over the expired", os_cluster=True,
+       when=When.REPLAYS),
     # The principal store, read: its change counter by id, a subject's user and groups by search.
     _p("indices:data/read/mget", P, "read", "get_documents: _mget of the change counter", os_cluster=True,
        when=When.DIRECTORY),

@@ -1,7 +1,7 @@
 """Each duty's documented role suffices for the duty's own work, on the real security plugin (the secure node's duty
 users hold exactly the roles of docs/cluster.md): the ingest user runs a knowledge base's whole lifecycle, the
 directory user imports and replaces principals that the serve user then reads, the access user writes, expires
-and finds the access record."""
+and finds the access record, and the serve user keeps and forgets signed callbacks' first uses."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from es_provider.audit import access, recorder
 from es_provider.audit.sinks import IndexSink
 from es_provider.config.cluster import OpenSearchSettings
 from es_provider.core.deadline import fixed_budget
+from es_provider.edge.replays import SharedReplays
 from es_provider.engine.client import Engine, connect
 from es_provider.identity.principals import PrincipalStore
 from es_provider.ingest import admin, sync
@@ -94,5 +95,22 @@ async def test_the_access_role_writes_expires_and_finds_records(secure_opensearc
     finally:
         for name in await admin_engine.list_indices(f"{prefix}-*"):
             await admin_engine.delete_index(name)
+        await engine.close()
+        await admin_engine.close()
+
+
+async def test_the_serve_role_keeps_and_forgets_signatures(secure_opensearch: SecureNode) -> None:
+    index = f"es-provider-replays-duty-{uuid.uuid4().hex[:8]}"
+    engine, admin_engine = as_user(secure_opensearch, "serve_user"), as_user(secure_opensearch, "admin_user")
+    replays = SharedReplays(engine, index)
+    budget = fixed_budget(10_000, now_monotonic=time.monotonic())
+    try:
+        digests = [uuid.uuid4().hex for _ in range(3)]
+        assert all([await replays.first_use(digest, time.time() - 60, budget) for digest in digests])
+        assert not await replays.first_use(digests[0], time.time() - 60, budget)
+        await admin_engine.refresh(index)  # the store refreshes every 30 s
+        assert await replays.forget_expired() == 3
+    finally:
+        await admin_engine.delete_index(index)
         await engine.close()
         await admin_engine.close()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from es_provider.cli import access, calibrate, documents, ingest, kb, manifest, prepare, principals, serve
-from es_provider.cli.common import fail
+from es_provider.cli import access, calibrate, check, documents, ingest, kb, manifest, prepare, principals, roles, serve
+from es_provider.cli.common import EXIT_FAILED, fail
 from es_provider.config.settings import ConfigError, load_settings
 from es_provider.core import logs
 from es_provider.core.errors import KnowledgeError
@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     access.add_parser(sub)
     calibrate.add_parser(sub)
     prepare.add_parser(sub)
+    check.add_parser(sub)
+    roles.add_parser(sub)
     return parser
 
 
@@ -38,11 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logs.configure("json" if args.command == "serve" and args.log_format == "json" else "text")
     try:
-        settings = load_settings(args.config)
+        # `roles` works without a configuration (the default index names).
+        settings = load_settings(args.config) if args.config is not None else None
         result: int = args.run(args, settings)
         return result
     except ConfigError as exc:
-        return fail(f"configuration: {exc}")
+        return fail(f"configuration: {exc}", getattr(args, "config_exit", EXIT_FAILED))
     except admin.AdminError as exc:
         return fail(str(exc))
     except KnowledgeError as exc:

@@ -1,5 +1,5 @@
 """`es-provider prepare`: makes the service's own indices ahead of time (edge/own_indices.py) — the replay store, the
-principal store and the access record's next days — as a user of the admin duty, so a serve user that may not
+principal store and the access record's next days — as a user of the ingest duty, so a serve user that may not
 create indices finds them there (docs/cluster.md "Least privilege"). Exit 1 when one could not be made."""
 
 from __future__ import annotations

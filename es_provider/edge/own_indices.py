@@ -1,5 +1,5 @@
 """The service's own indices — the replay store, the principal store and the access record's days — listed from
-the settings (`wanted`, pure), made ahead of their first write by `es-provider prepare` (a user of the admin duty)
+the settings (`wanted`, pure), made ahead of their first write by `es-provider prepare` (a user of the ingest duty)
 and checked by the serving process (`Keeper`): a serve user that may not create indices then finds them there, the
 next day's access index included, and `/readyz` says which one is missing instead of a request failing first.
 Made here, never by a write: a node's auto-creation would give them dynamic mappings (their keywords as text).
@@ -86,7 +86,7 @@ class Keeper:
                 if index.due:  # the first clause only: it may reach /readyz's unauthenticated body
                     problems[index.name] = (exc.detail or exc.code.value).split(":")[0]
                 log.warning("the %s index %s is missing and cannot be made (%s): run `es-provider prepare` as a "
-                            "user of the admin duty", index.purpose, index.name, exc.detail)
+                            "user of the ingest duty", index.purpose, index.name, exc.detail)
         self.problems, self._checked = problems, True
         self.looked.set()
         return problems

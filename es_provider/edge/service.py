@@ -9,6 +9,7 @@ from aiohttp import web
 from es_provider.config.settings import Settings
 from es_provider.edge.admission import Admission
 from es_provider.edge.auth import Credentials, ReplayCache
+from es_provider.edge.grants import Grants
 from es_provider.edge.idempotency import IdempotencyCache
 from es_provider.edge.replays import SharedReplays
 from es_provider.identity.principals import Principals
@@ -25,6 +26,7 @@ class Services:
     admission: Admission
     principals: Principals
     shared_replays: SharedReplays | None = None  # when signatures are checked across processes
+    grants: Grants | None = None  # the serve duty's privileges, as readiness last found them
 
 
 SERVICES = web.AppKey("services", Services)

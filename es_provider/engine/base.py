@@ -79,6 +79,7 @@ class EngineBase:
         self._door = SearchDoor(self.connection)
         self._flavor: Flavor | None = None  # which engine answers: learnt from GET / at the first call that cares
         self._by_query = by_query
+        self._ensured: set[str] = set()  # the service's own indices this process made or saw exist (indices.py)
 
     async def flavor(self, budget: Budget | None = None) -> Flavor:
         """OpenSearch or Elasticsearch, and its version (dialect.py), from the node's `GET /`, once."""

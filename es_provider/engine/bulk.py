@@ -25,6 +25,8 @@ class Bulk(IndexAdmin):
         door; an index that does not exist yet is made with `index_body` and its rows sent again (nodes may refuse
         to create indices on write). Written twice (a retry after a lost answer), a row is a 409, not a second copy.
         Returns the rows not written: (position, status, error type)."""
+        for index in sorted({index for index, _, _ in rows}):  # made with its mappings before its first write
+            await self._ensure_index(index, index_body, budget)
         failed = await self._append_once(rows, budget)
         missing = [position for position, status, _ in failed if status == 404]
         if not missing:

@@ -1,8 +1,8 @@
 """The Engine: the one object through which the service talks to OpenSearch or Elasticsearch, composed of its
 operations by concern — index administration (indices.py), single documents (documents.py), bulk writes (bulk.py),
-writes by query with their core-API fallbacks (by_query.py) and reads (reads.py) — on one base (base.py) that holds
-the connections and runs every call inside its budget and the one error boundary (errors.py). Callers construct one
-Engine and never see the parts.
+writes by query with their core-API fallbacks (by_query.py), reads (reads.py) and privilege probes (probes.py) — on
+one base (base.py) that holds the connections and runs every call inside its budget and the one error boundary
+(errors.py). Callers construct one Engine and never see the parts.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from es_provider.config.cluster import OpenSearchSettings
 from es_provider.engine.by_query import ByQuery
 from es_provider.engine.connection import from_settings
 from es_provider.engine.documents import Documents
+from es_provider.engine.probes import Probes
 from es_provider.engine.reads import Reads
 
 log = logging.getLogger("es_provider.engine")
 
 
-class Engine(Reads, Documents, ByQuery):
+class Engine(Reads, Documents, ByQuery, Probes):
     """OpenSearch or Elasticsearch behind `url` (comma-separated nodes): every operation the service asks of it."""
 
 

@@ -35,6 +35,8 @@ class Documents(IndexAdmin):
         not retried once sent: a lost answer to a create that happened would read as "there already"."""
         path = f"/{index}/_create/{doc_id}"  # ids here are hex digests, the index a configured name
         payload = orjson.dumps(document)
+        if index_body is not None:
+            await self._ensure_index(index, index_body, budget)
 
         async def run(left: float) -> bool:
             for attempt in range(2):  # the second only after making the missing index
@@ -91,6 +93,8 @@ class Documents(IndexAdmin):
         params = _write_params(if_seq_no, if_primary_term)
         if create:
             params["op_type"] = "create"
+        if index_body is not None:
+            await self._ensure_index(index, index_body, None)
 
         async def run(left: float) -> dict[str, Any]:
             for attempt in range(2):  # the second only after making the missing index

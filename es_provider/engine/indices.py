@@ -44,23 +44,19 @@ class IndexAdmin(EngineBase):
 
         await self._call(None, run, retry=False)
 
-    async def ensure_index(self, index: str, body: dict[str, Any]) -> bool:
+    async def ensure_index(self, index: str, body: dict[str, Any], budget: Budget | None = None) -> bool:
         """Makes one of the service's own indices (replays, principal store, an access day) with `body` unless it
-        exists: True when this call made it. Made ahead of its first write (`es-provider prepare`, the next day's
-        access index), so a node's auto-creation never gives it dynamic mappings and a user without the right to
-        create indices finds it there."""
+        exists: True when this call made it. Made ahead of its first write (`es-provider prepare`, the serving
+        process's next access day, `_ensure_index`), so a node's auto-creation never gives it dynamic mappings and
+        a user without the right to create indices finds it there. Retried: a second create finds it made."""
         async def run(left: float) -> bool:
             if await self._client.indices.exists(index=index, request_timeout=left):
                 return False
-            try:
-                await self._client.indices.create(index=index, body=body, request_timeout=left)
-            except RequestError as exc:
-                if exc.error == "resource_already_exists_exception":  # another process made it first
-                    return False
-                raise
-            return True
+            return await self._make_index(index, body, left)
 
-        return await self._call(None, run, retry=False)
+        made = await self._call(budget, run)
+        self._ensured.add(index)
+        return made
 
     async def put_mapping(self, index: str, properties: dict[str, Any]) -> None:
         properties = dialect.mapping_properties(properties, await self.flavor())
@@ -96,8 +92,14 @@ class IndexAdmin(EngineBase):
             return set()
 
         async def run(left: float) -> set[str]:
-            rows = await self._client.cat.aliases(name=",".join(aliases), format="json", request_timeout=left)
-            return {row["alias"] for row in rows if row.get("alias") in aliases}
+            # The aliases named as the index expression too (as alias_targets): `_cat/aliases` asks for the
+            # aliases of every index, which a role granting only the knowledge bases' patterns is refused.
+            try:
+                response = await self._client.indices.get_alias(
+                    index=",".join(aliases), ignore_unavailable=True, request_timeout=left)
+            except NotFoundError:
+                return set()
+            return {name for entry in response.values() for name in (entry.get("aliases") or {}) if name in aliases}
 
         return await self._call(budget, run)
 
@@ -132,9 +134,21 @@ class IndexAdmin(EngineBase):
 
         await self._call(None, run)
 
-    async def _make_index(self, index: str, body: dict[str, Any], left: float) -> None:
+    async def _make_index(self, index: str, body: dict[str, Any], left: float) -> bool:
+        """True when this call made it; False when another process made it first."""
         try:
             await self._client.indices.create(index=index, body=body, request_timeout=left)
         except RequestError as exc:
-            if exc.error != "resource_already_exists_exception":  # another process made it first
+            if exc.error != "resource_already_exists_exception":
                 raise
+            return False
+        return True
+
+    async def _ensure_index(self, index: str, body: dict[str, Any], budget: Budget | None) -> None:
+        """Makes one of the service's own indices with `body` before this process first writes to it, unless it
+        exists. Writing first would leave it to a cluster that creates indices on write (action.auto_create_index,
+        both engines' default) to make it with dynamic mappings: keywords become text and the term lookups on it
+        find nothing. Once per index and process; an index deleted after that is made again only where the engine
+        refuses to create it on write (the writers' 404 path)."""
+        if index not in self._ensured:
+            await self.ensure_index(index, body, budget)

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import orjson
-from opensearchpy.exceptions import TransportError
+from opensearchpy.exceptions import NotFoundError, TransportError
 from opensearchpy.helpers import async_scan
 
 from es_provider.core.deadline import Budget
@@ -107,13 +107,24 @@ class Reads(EngineBase):
                                         request_timeout=self._timeout_s, query={"query": query, "_source": fields}):
                 yield hit.get("_source") or {}
 
+    async def _field_mappings(self, index: str, fields: str, left: float) -> dict[str, Any]:
+        try:
+            response: dict[str, Any] = await self._client.indices.get_field_mapping(
+                index=index, fields=fields, request_timeout=left)
+        except NotFoundError as exc:
+            if not exc.info:  # the security plugin's silent refusal: 404 and no body
+                raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=(
+                    f"engine refused a privilege (404 with no body): the field mappings behind {index} "
+                    "(indices:admin/mappings/fields/get[index]); `es-provider check --duty serve` lists what to "
+                    "grant")) from None
+            raise
+        return response
+
     async def mapped_fields(self, index: str, fields: tuple[str, ...], budget: Budget) -> set[str]:
         """Fields mapped in EVERY index behind `index` (a field missing from one index is not enforceable there)."""
 
         async def run(left: float) -> set[str]:
-            response = await self._client.indices.get_field_mapping(
-                index=index, fields=",".join(fields), request_timeout=left
-            )
+            response = await self._field_mappings(index, ",".join(fields), left)
             per_index = [set((body.get("mappings") or {}).keys()) for body in response.values()]
             return set.intersection(*per_index) if per_index else set()
 
@@ -123,9 +134,7 @@ class Reads(EngineBase):
         """Mapped type of every `metadata.*` field behind `index` (for translating metadata conditions)."""
 
         async def run(left: float) -> dict[str, str]:
-            response = await self._client.indices.get_field_mapping(
-                index=index, fields="metadata.*", request_timeout=left
-            )
+            response = await self._field_mappings(index, "metadata.*", left)
             types: dict[str, str] = {}
             for body in response.values():
                 for full_name, spec in (body.get("mappings") or {}).items():

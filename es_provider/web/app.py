@@ -23,12 +23,13 @@ from es_provider.audit.sinks import FileSink, IndexSink, Sink
 from es_provider.config.secrets import read_secret
 from es_provider.config.settings import Settings
 from es_provider.core.acl import Filter
-from es_provider.core.deadline import fixed_budget
+from es_provider.core.deadline import Budget, fixed_budget
 from es_provider.core.errors import ClientDisconnected, ErrorCode, KnowledgeError, StartupError
 from es_provider.core.metrics import Metrics
 from es_provider.edge import auth, own_indices
 from es_provider.edge.admission import Admission
 from es_provider.edge.auth import ReplayCache, load_credentials
+from es_provider.edge.grants import Grants, named
 from es_provider.edge.guard import Guard
 from es_provider.edge.idempotency import IdempotencyCache
 from es_provider.edge.kit import ERROR_CODE, Protocol
@@ -63,8 +64,9 @@ async def healthz(_: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     """Ready only when every knowledge base can be searched through the search path itself (prefix, credentials,
-    privileges, index present: a size-0 search on its alias), every access sink takes records, and the principal
-    store (if used) was read within its bound. The reason goes into the body and the log."""
+    privileges, index present: a size-0 search on its alias), the engine user holds the serve duty's privileges
+    (edge/grants.py), every access sink takes records, and the principal store (if used) was read within its
+    bound. The reason goes into the body and the log."""
     engine = request.app[ENGINE]
     services = request.app[SERVICES]
     reasons: dict[str, str] = {}
@@ -79,6 +81,9 @@ async def readyz(request: web.Request) -> web.Response:
         # The log has the whole detail; the unauthenticated body only its first clause (no hosts or user names).
         log.warning("not ready: %s", exc.detail)
         reasons["engine"] = (exc.detail or exc.code.value).split(":")[0]
+    engine_reason = reasons.get("engine")
+    if engine_reason is None or engine_reason.startswith("engine refused a privilege"):  # else: no use asking
+        await _check_grants(services, budget, reasons)
     for keeper in request.app.get(KEEPERS, ()) if "engine" not in reasons else ():  # not twice for one outage
         if problems := await keeper.ready():
             why = "; ".join(f"{index} ({reason})" for index, reason in problems.items())
@@ -97,6 +102,22 @@ async def readyz(request: web.Request) -> web.Response:
                                                 *(f"knowledge base {kb} has no index" for kb in missing)]) or "engine")
         return web.Response(status=503, body=orjson.dumps(body), content_type="application/json")
     return web.json_response({"status": "ready"})
+
+
+async def _check_grants(services: Services, budget: Budget, reasons: dict[str, str]) -> None:
+    """Readiness's probe of the serve duty's privileges (edge/grants.py): a missing one is a reason, and requests
+    are refused naming it until it is granted."""
+    if services.grants is None:
+        return
+    try:
+        lacking = await services.grants.check(budget)
+    except KnowledgeError as exc:
+        log.warning("not ready: the serve duty's privileges could not be probed: %s", exc.detail)
+        reasons.setdefault("engine", (exc.detail or exc.code.value).split(":")[0])
+        return
+    if lacking:
+        log.warning("not ready: the engine user lacks %s", named(lacking))
+        reasons["privileges"] = f"the engine user lacks {len(lacking)} privilege(s) of the serve duty"
 
 
 PROTOCOLS: tuple[Protocol, ...] = (sparktide.PROTOCOL, agentarts.PROTOCOL, dify.PROTOCOL)
@@ -130,6 +151,9 @@ def error_middleware(protocols: tuple[Protocol, ...], metrics: Metrics, query_ke
                                                          request.remote or "unknown", query_key=query_key)
         error: KnowledgeError | None = None
         try:
+            services = request.app.get(SERVICES)
+            if protocol is not None and services is not None and services.grants is not None:
+                services.grants.require()  # a privilege readiness found missing: refused, naming it
             response: web.StreamResponse = await handler(request)
         except KnowledgeError as exc:
             if protocol is None:
@@ -453,6 +477,7 @@ def create_app(
             admission=Admission(settings.server, metrics),
             principals=Principals(settings, store),
             shared_replays=shared_replays,
+            grants=Grants(engine, settings),
         )
         if install_scim is not None:
             install_scim(app, engine)

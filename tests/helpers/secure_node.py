@@ -7,8 +7,9 @@ by later runs): `prepare()` rewrites nothing that is already there and describes
 the script wipes the node's data whenever the directory's files change (the security index is initialised from
 the YAMLs only once). A lock file beside it keeps concurrent processes from writing it at once.
 
-Users: `admin_user` (all_access) and one user per duty of the service, each mapped to its own role; the roles are
-a dict the caller may replace (`prepare(roles=...)`, `ROLE_OF`). Passwords are chosen here, kept in the directory
+Users: `admin_user` (all_access) and one user per duty of the service, each mapped to its duty's least-privilege
+role (engine/privileges.py, as docs/cluster.md states them); the roles are a dict the caller may replace
+(`prepare(roles=...)`, `ROLE_OF`). Passwords are chosen here, kept in the directory
 (`passwords.json`) and handed back. Client certificates: `client_user` (serve_user) signed by the test CA, and the
 same name signed by an unrelated CA (`wrong_ca_file`), to show that another CA's certificates are refused.
 """
@@ -26,6 +27,7 @@ import os
 import secrets
 import ssl
 import subprocess
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -38,6 +40,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from es_provider.engine import privileges
+from es_provider.engine.privileges import Duty, Names
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 LOCAL = ROOT / "scripts" / "opensearch-local"
@@ -62,9 +67,13 @@ SPEC = "spec.json"  # what the YAMLs were written from: they are rewritten only 
 BCRYPT_ROUNDS = 10  # test passwords; the plugin (password4j) checks any $2a$/$2b$/$2y$ cost
 
 
+# The documented roles' index names, as `es-provider roles --config` gives them: the tests' own indices are
+# es-provider-replays-<hex> and es-provider-principals-<hex>, so those two are patterns here.
+TEST_NAMES = Names(replays="es-provider-replays*", principals="es-provider-principals*")
+
+
 def duty_role(*actions: str) -> dict[str, Any]:
-    """A role on the service's index patterns. For now broad (indices_all); the least-privilege definitions replace
-    these through `prepare(roles=...)`."""
+    """A broad role on the service's index patterns (indices_all, or `actions`): for tests that need one."""
     return {
         "cluster_permissions": ["cluster_monitor", "cluster_composite_ops"],
         "index_permissions": [{"index_patterns": list(INDEX_PATTERNS), "allowed_actions": list(actions or ["indices_all"])}],
@@ -72,15 +81,19 @@ def duty_role(*actions: str) -> dict[str, Any]:
 
 
 def default_roles() -> dict[str, dict[str, Any]]:
-    """roles.yml's roles (besides the plugin's static ones such as all_access), by name."""
-    return {ROLE_OF[user]: duty_role() for user in DUTY_USERS}
+    """roles.yml's roles (besides the plugin's static ones such as all_access), by name: each duty user's
+    least-privilege role, as docs/cluster.md states it (engine/privileges.py)."""
+    return {ROLE_OF[user]: privileges.opensearch_role(Duty(user.removesuffix("_user")), TEST_NAMES)
+            for user in DUTY_USERS}
 
 
 def default_mapping() -> dict[str, list[str]]:
-    """roles_mapping.yml: role → the users mapped to it."""
+    """roles_mapping.yml: role → the users mapped to it. The serve user also has the access duty: the tests keep
+    the access record on the same cluster."""
     mapping: dict[str, list[str]] = {}
     for user, role in ROLE_OF.items():
         mapping.setdefault(role, []).append(user)
+    mapping[ROLE_OF["access_user"]].append("serve_user")
     return mapping
 
 
@@ -308,7 +321,7 @@ def prepare(directory: Path = DEFAULT_DIR, *, users: Sequence[str] = USERS,
             roles: Mapping[str, Any] | None = None, mapping: Mapping[str, Sequence[str]] | None = None,
             client_user: str = CLIENT_USER) -> SecureFiles:
     """Makes (or keeps) the certificates, the users' passwords and the YAMLs in `directory`. `roles` (roles.yml,
-    name → definition) and `mapping` (role → users) default to one broad role per duty; passing other ones
+    name → definition) and `mapping` (role → users) default to each duty's least-privilege role; passing other ones
     rewrites the YAMLs, and the next start then begins with empty data."""
     directory = Path(directory)
     roles = default_roles() if roles is None else roles
@@ -345,8 +358,14 @@ def start_secure_node(files: SecureFiles, port: int = SECURE_PORT, heap: str = "
     is healthy. Raises RuntimeError with the script's output when it cannot."""
     with locked(files.directory):
         already = is_running(files, port)
-        done = subprocess.run([str(LOCAL), "start", "--secure", str(files.directory)],
-                              env={**_env(port), "OPENSEARCH_HEAP": heap}, capture_output=True, text=True)
+        start = [str(LOCAL), "start", "--secure", str(files.directory)]
+        env = {**_env(port), "OPENSEARCH_HEAP": heap}
+        done = subprocess.run(start, env=env, capture_output=True, text=True)
+        if done.returncode != 0 and "of another mode" in done.stderr:
+            # A node left running from other YAMLs (the roles changed): its data is disposable, start it anew.
+            stop_secure_node(port)
+            already = False
+            done = subprocess.run(start, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"scripts/opensearch-local start --secure {files.directory} (port {port}) failed:\n"
                            f"{done.stderr[-4000:]}")
@@ -386,7 +405,11 @@ def request(node: SecureNode, method: str, path: str, body: Any = None, *, conte
 
 def security_api(node: SecureNode, method: str, kind: str, name: str, body: Any = None) -> Any:
     """`kind`: internalusers, roles, rolesmapping, actiongroups…; raises on anything but 200/201."""
-    status, answer = request(node, method, f"/_plugins/_security/api/{kind}/{name}", body)
+    for attempt in range(10):  # the plugin keeps its config in one document: writers of other processes race
+        status, answer = request(node, method, f"/_plugins/_security/api/{kind}/{name}", body)
+        if status != 409:
+            break
+        time.sleep(0.1 * (attempt + 1))
     if status not in (200, 201):
         raise RuntimeError(f"{method} {kind}/{name}: {status} {answer}")
     return answer

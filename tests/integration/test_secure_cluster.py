@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from helpers import scim_calls
 from helpers.calls import ROUTE, body, headers
+from helpers.secure_node import ROLE_OF, default_roles, put_role, put_role_mapping, put_user
 from helpers.setup import CALLBACK_SECRET, api_key, bearer, load_records, new_kb
 
 from es_provider.cli import main as cli_main
@@ -116,11 +117,13 @@ async def test_a_wrong_password_is_unavailable_never_empty(secure_opensearch, se
     assert "engine refused the service's credentials (401)" in "\n".join(r.getMessage() for r in caplog.records)
 
 
-def _toml(node: Any, user: str, kb: Any) -> str:
+def _toml(node: Any, user: str, kb: Any, **tables: dict[str, Any]) -> str:
     entry = {"id": kb.id, "name": kb.name, "versions": kb.versions, "alias": kb.alias, "secret_ref": kb.secret_ref,
              "apps": kb.apps, "mandatory_filters": kb.mandatory_filters}
-    return "\n".join(["[opensearch]", *(f"{k} = {json.dumps(v)}" for k, v in cluster(node, user).items()),
-                      "[[knowledge]]", *(f"{k} = {json.dumps(v)}" for k, v in entry.items())]) + "\n"
+    lines = ["[opensearch]", *(f"{k} = {json.dumps(v)}" for k, v in cluster(node, user).items())]
+    for name, table in tables.items():
+        lines += [f"[{name}]", *(f"{k} = {json.dumps(v)}" for k, v in table.items())]
+    return "\n".join([*lines, "[[knowledge]]", *(f"{k} = {json.dumps(v)}" for k, v in entry.items())]) + "\n"
 
 
 def _signed(execution: str, subject: str) -> tuple[bytes, dict[str, str]]:
@@ -131,78 +134,129 @@ def _signed(execution: str, subject: str) -> tuple[bytes, dict[str, str]]:
                  "X-Knowledge-Signature": signature}
 
 
-@pytest.mark.parametrize("how", ["basic auth", "client certificate"])
-async def test_every_protocol_and_store_through_the_security_plugin(how, secure_opensearch, client_for, tmp_path,
-                                                                   monkeypatch) -> None:
-    """kb create, ingest and reindex by the CLI as the ingest user; then, as the serve user (by password or by its
-    certificate): SCIM writing the principal store, a signed SparkTide callback whose subject's group comes from
-    that store (and its replay refused by the replay store), AgentArts and Dify, and each answer's access record."""
-    node = secure_opensearch
-    tag = uuid.uuid4().hex[:8]
+RECORDS = [
+    {"document_id": "open-1", "title": "Open", "content": "installation guide for everyone", "tenant_id": "team-a",
+     "acl": {"public": True}},
+    {"document_id": "eng-1", "title": "Eng", "content": "installation plan for engineering", "tenant_id": "team-a",
+     "acl": {"groups": ["{group}"]}}]
+
+
+async def _cli(monkeypatch: Any, node: Any, *arguments: str) -> None:
+    with monkeypatch.context() as patched:
+        for name, value in {**passwords(node), "TEST_CALLBACK_KEY": CALLBACK_SECRET}.items():
+            patched.setenv(name, value)
+        patched.delenv("OPENSEARCH_URL", raising=False)  # the run's plain node would replace the file's url
+        assert await asyncio.to_thread(cli_main, list(arguments)) == 0, arguments
+
+
+async def _knowledge(node: Any, tmp_path: Any, monkeypatch: Any, tag: str) -> Any:
+    """A signed knowledge base made, filled and reindexed by the CLI as the ingest user."""
     kb = new_kb(alias=f"kb-secure-all-{tag}", signature=True)
     config = tmp_path / "ingest.toml"
     config.write_text(_toml(node, "ingest_user", kb), encoding="utf-8")
     records = tmp_path / "docs.jsonl"
-    records.write_text("\n".join(json.dumps(r) for r in [
-        {"document_id": "open-1", "title": "Open", "content": "installation guide for everyone", "tenant_id": "team-a",
-         "acl": {"public": True}},
-        {"document_id": "eng-1", "title": "Eng", "content": "installation plan for engineering", "tenant_id": "team-a",
-         "acl": {"groups": [f"sec-eng-{tag}"]}}]) + "\n", encoding="utf-8")
-    for name, value in {**passwords(node), "TEST_CALLBACK_KEY": CALLBACK_SECRET}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("OPENSEARCH_URL", raising=False)  # the run's plain node would replace the file's url
+    records.write_text("".join(json.dumps(r).replace("{group}", f"sec-eng-{tag}") + "\n" for r in RECORDS),
+                       encoding="utf-8")
     for command in (["kb", "create"], ["ingest"], ["kb", "reindex", "--delete-old"]):
-        arguments = [*command, "--config", str(config), "--kb", kb.id, *([str(records)] if command == ["ingest"]
-                                                                           else [])]
-        assert await asyncio.to_thread(cli_main, arguments) == 0, arguments
-    monkeypatch.undo()
+        await _cli(monkeypatch, node, *command, "--config", str(config), "--kb", kb.id,
+                   *([str(records)] if command == ["ingest"] else []))
+    return kb
+
+
+async def _every_protocol(served: Any, kb: Any, subject: str, tag: str, admin_engine: Any, prefix: str) -> None:
+    """A signed SparkTide callback whose subject's group comes from the principal store (and its replay refused by
+    the replay store), AgentArts and Dify, and each answer's access record."""
+    raw, sent = _signed(f"exec-{tag}", subject)
+    spark = await served.post(ROUTE, data=raw, headers=sent)
+    assert spark.status == 200, await spark.text()
+    assert {i["documentId"] for i in (await spark.json())["items"]} == {"open-1", "eng-1"}
+    assert (await served.post(ROUTE, data=raw, headers=sent)).status == 401  # the replay store has it
+    agentarts = await served.post("/knowledge-bases/retrieve", headers=bearer(), data=json.dumps({
+        "knowledge_base_ids": [kb.id], "query": "installation", "method": "doc",
+        "extra_params": [{"key": "subject_id", "value": "u-bob"}]}))
+    assert agentarts.status == 200
+    assert [r["file_id"] for r in (await agentarts.json())["search_result_list"]] == ["open-1"]
+    dify = await served.post("/retrieval", headers=bearer(), data=json.dumps({
+        "knowledge_id": kb.id, "query": "installation", "retrieval_setting": {"top_k": 3, "score_threshold": 0}}))
+    assert dify.status == 200 and [r["metadata"]["document_id"] for r in (await dify.json())["records"]] == [
+        "open-1"]
+    ids = {r.headers["X-Access-Record"] for r in (spark, agentarts, dify)}
+    found: set[str] = set()
+    deadline = time.monotonic() + 15
+    while not ids <= found and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        try:
+            await admin_engine.refresh(f"{prefix}-*")
+            found = {hit["_id"] async for hit in admin_engine.scan(f"{prefix}-*")}
+        except KnowledgeError:  # the day's index made a moment ago: its shard may not be started yet
+            continue
+    assert ids <= found
+
+
+@pytest.mark.parametrize("how", ["basic auth", "client certificate"])
+async def test_every_protocol_and_store_through_the_security_plugin(how, secure_opensearch, client_for, tmp_path,
+                                                                   monkeypatch) -> None:
+    """kb create, ingest and reindex by the CLI as the ingest user, the principal store filled by `principals
+    import` as the directory user; then every protocol as the serve user, by password or by its certificate, with
+    the documented roles."""
+    node = secure_opensearch
+    tag = uuid.uuid4().hex[:8]
+    kb = await _knowledge(node, tmp_path, monkeypatch, tag)
+    prefix, store, replays = (f"es-provider-{part}-{tag}" for part in ("access", "principals", "replays"))
+    subject = f"u-sec-{tag}"
+    users = tmp_path / "users.jsonl"
+    users.write_text(json.dumps({"subject": subject, "groups": [f"sec-eng-{tag}"]}) + "\n", encoding="utf-8")
+    directory = tmp_path / "directory.toml"
+    directory.write_text(_toml(node, "directory_user", kb, directory={"index": store}), encoding="utf-8")
+    await _cli(monkeypatch, node, "principals", "import", "--config", str(directory), str(users))
 
     keys = cluster(node, "serve_user") if how == "basic auth" else cluster(
         node, None, client_cert_file=str(node.client_cert), client_key_file=str(node.client_key))
+    served = await client_for(kb, env=passwords(node), opensearch=keys, directory={"enabled": True, "index": store},
+                              server={"replay_index": replays}, api_keys=[api_key([kb.id], subjects=["*"])],
+                              access_log={"index": prefix, "flush_interval_s": 0.1})
+    admin_engine = connect(OpenSearchSettings.model_validate(cluster(node, "admin_user")), passwords(node))
+    try:
+        ready = await served.get("/readyz")
+        assert ready.status == 200, await ready.text()
+        await _every_protocol(served, kb, subject, tag, admin_engine, prefix)
+    finally:
+        for name in (f"{prefix}-*", store, replays, f"{kb.alias}-v*"):
+            await admin_engine.delete_index(name)
+        await admin_engine.close()
+
+
+async def test_scim_in_serve_writes_the_principal_store_through_the_security_plugin(
+        secure_opensearch, client_for, tmp_path, monkeypatch) -> None:
+    """SCIM inside serve: its user holds the serve, access and directory roles as documented (docs/cluster.md)."""
+    node = secure_opensearch
+    tag = uuid.uuid4().hex[:8]
+    kb = await _knowledge(node, tmp_path, monkeypatch, tag)
+    user, password = f"scim_serve_{tag}", uuid.uuid4().hex
+    await asyncio.to_thread(put_user, node, user, password)
+    for duty in ("serve", "access", "directory"):
+        role = f"tmp_{duty}_{tag}"
+        await asyncio.to_thread(put_role, node, role, default_roles()[ROLE_OF[f"{duty}_user"]])
+        await asyncio.to_thread(put_role_mapping, node, role, [user])
     prefix, store, replays = (f"es-provider-{part}-{tag}" for part in ("access", "principals", "replays"))
-    served = await client_for(kb, env={**passwords(node), "SCIM_TOKEN": scim_calls.TOKEN}, opensearch=keys,
+    served = await client_for(kb, env={"PW_SCIM": password, "SCIM_TOKEN": scim_calls.TOKEN},
+                              opensearch=cluster(node, None, username=user, password_ref="PW_SCIM"),
                               scim={"enabled": True, "token_ref": "SCIM_TOKEN"}, directory={"index": store},
                               server={"replay_index": replays}, api_keys=[api_key([kb.id], subjects=["*"])],
                               access_log={"index": prefix, "flush_interval_s": 0.1})
     admin_engine = connect(OpenSearchSettings.model_validate(cluster(node, "admin_user")), passwords(node))
     try:
-        assert (await served.get("/readyz")).status == 200
+        ready = await served.get("/readyz")
+        assert ready.status == 200, await ready.text()
         subject = f"u-sec-{tag}"
-        user = await served.post("/scim/v2/Users", headers=scim_calls.SCIM, data=json.dumps(
+        created = await served.post("/scim/v2/Users", headers=scim_calls.SCIM, data=json.dumps(
             {"schemas": [scim_calls.USER], "userName": subject}))
-        assert user.status == 201, await user.text()
+        assert created.status == 201, await created.text()
         group = await served.post("/scim/v2/Groups", headers=scim_calls.SCIM, data=json.dumps(
             {"schemas": [scim_calls.GROUP], "displayName": f"sec-eng-{tag}",
-             "members": [{"value": (await user.json())["id"]}]}))
+             "members": [{"value": (await created.json())["id"]}]}))
         assert group.status == 201, await group.text()
-
-        raw, sent = _signed(f"exec-{tag}", subject)
-        spark = await served.post(ROUTE, data=raw, headers=sent)
-        assert spark.status == 200, await spark.text()
-        assert {i["documentId"] for i in (await spark.json())["items"]} == {"open-1", "eng-1"}
-        assert (await served.post(ROUTE, data=raw, headers=sent)).status == 401  # the replay store has it
-
-        agentarts = await served.post("/knowledge-bases/retrieve", headers=bearer(), data=json.dumps({
-            "knowledge_base_ids": [kb.id], "query": "installation", "method": "doc",
-            "extra_params": [{"key": "subject_id", "value": "u-bob"}]}))
-        assert agentarts.status == 200
-        assert [r["file_id"] for r in (await agentarts.json())["search_result_list"]] == ["open-1"]
-        dify = await served.post("/retrieval", headers=bearer(), data=json.dumps({
-            "knowledge_id": kb.id, "query": "installation", "retrieval_setting": {"top_k": 3, "score_threshold": 0}}))
-        assert dify.status == 200 and [r["metadata"]["document_id"] for r in (await dify.json())["records"]] == [
-            "open-1"]
-
-        ids = {r.headers["X-Access-Record"] for r in (spark, agentarts, dify)}
-        found: set[str] = set()
-        deadline = time.monotonic() + 15
-        while not ids <= found and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-            try:
-                await admin_engine.refresh(f"{prefix}-*")
-                found = {hit["_id"] async for hit in admin_engine.scan(f"{prefix}-*")}
-            except KnowledgeError:  # the day's index made a moment ago: its shard may not be started yet
-                continue
-        assert ids <= found
+        await _every_protocol(served, kb, subject, tag, admin_engine, prefix)
     finally:
         for name in (f"{prefix}-*", store, replays, f"{kb.alias}-v*"):
             await admin_engine.delete_index(name)

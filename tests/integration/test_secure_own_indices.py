@@ -1,6 +1,6 @@
 """The service's own indices against the real security plugin (tests/helpers/secure_node.py): a serve user whose
 role may read and write `es-provider-*` but not create an index is not ready, naming what is missing, until
-`es-provider prepare` (run as the admin duty's user) has made them; it then serves signed callbacks and keeps the
+`es-provider prepare` (run as the ingest duty's user) has made them; it then serves signed callbacks and keeps the
 access record, the next day's index included (midnight needs no create right), with the mapping the service
 asks for, never a node's dynamic one."""
 
@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 from helpers.calls import ROUTE, body, headers
-from helpers.secure_node import put_role, put_role_mapping, put_user
+from helpers.secure_node import TEST_NAMES, put_role, put_role_mapping, put_user
 from helpers.setup import CALLBACK_SECRET, new_kb
 from test_secure_cluster import cluster, passwords
 from test_secure_cluster import secured_kb as secured_kb  # the fixture
@@ -26,16 +26,13 @@ from es_provider.audit import access
 from es_provider.audit.sinks import IndexSink
 from es_provider.cli import main as cli_main
 from es_provider.config.cluster import OpenSearchSettings
+from es_provider.engine import privileges
 from es_provider.engine.client import connect
 
-# Reads and writes the service's indices, never creates one (no indices:admin/create, no auto-create).
-NO_CREATE = {
-    "cluster_permissions": ["cluster_monitor", "cluster_composite_ops"],
-    "index_permissions": [
-        {"index_patterns": ["kb-*"], "allowed_actions": ["read", "indices:admin/aliases/get"]},
-        {"index_patterns": ["es-provider-*"], "allowed_actions": ["crud", "indices:admin/get"]},
-    ],
-}
+# The documented serve and access roles without indices:admin/create: it reads and writes the service's own
+# indices, never makes one.
+NO_CREATE = privileges.opensearch_permissions(
+    [p for p in (*privileges.SERVE, *privileges.ACCESS) if p.action != "indices:admin/create"], TEST_NAMES)
 
 
 def signed(execution: str) -> tuple[bytes, dict[str, str]]:
@@ -81,7 +78,7 @@ async def test_a_serve_user_without_create_rights_works_once_prepare_made_its_in
     raw, sent = signed(f"exec-{tag}-0")
     assert (await served.post(ROUTE, data=raw, headers=sent)).status == 503
 
-    # The admin duty makes them ahead of time.
+    # The ingest duty makes them ahead of time.
     config = tmp_path / "config.toml"
     config.write_text(toml_config(node, kb, replay_index, access_prefix), encoding="utf-8")
     for name, value in {**passwords(node), "TEST_CALLBACK_KEY": CALLBACK_SECRET}.items():
@@ -89,7 +86,9 @@ async def test_a_serve_user_without_create_rights_works_once_prepare_made_its_in
     monkeypatch.delenv("OPENSEARCH_URL", raising=False)  # the run's plain node would replace the file's url
     assert await asyncio.to_thread(cli_main, ["prepare", "--config", str(config), "--days", "3"]) == 0
 
-    ready = await served.get("/readyz")
+    deadline = time.monotonic() + 15  # readiness probes a missing privilege again every 5 s (edge/grants.py)
+    while (ready := await served.get("/readyz")).status != 200 and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
     assert ready.status == 200, await ready.text()
     raw, sent = signed(f"exec-{tag}-1")
     answer = await served.post(ROUTE, data=raw, headers=sent)

@@ -1,0 +1,190 @@
+"""engine/probes.py's reading of the engine's answers: which privilege a refusal names, in the order a call is
+checked; the harmless calls; Elasticsearch's _has_privileges; and edge/grants.py's refusal."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from typing import Any
+
+import orjson
+import pytest
+
+from es_provider.config.settings import Settings
+from es_provider.core.errors import KnowledgeError
+from es_provider.edge.grants import Grants
+from es_provider.engine import probes
+from es_provider.engine.connection import Connection
+from es_provider.engine.privileges import DUTIES, SERVE, Duty, Names, Privilege, Target
+from es_provider.engine.probes import Finding, Status
+
+NAMES = Names(knowledge=("kb-docs",), replays="r", principals="p", access="a")
+TODAY = dt.date(2026, 12, 3)
+
+
+def refusal(*actions: str) -> dict[str, Any]:
+    reason = f"no permissions for [{', '.join(actions)}] and User [name=u, backend_roles=[], requestedTenant=null]"
+    return {"error": {"type": "security_exception", "reason": reason}, "status": 403}
+
+
+def of(action: str, target: Target) -> Privilege:
+    return next(p for listed in DUTIES.values() for p in listed if p.action == action and p.target is target)
+
+
+BULK_R = of("indices:data/write/bulk", Target.REPLAYS)
+BULK_S_R = of("indices:data/write/bulk[s]", Target.REPLAYS)
+INDEX_R = of("indices:data/write/index", Target.REPLAYS)
+FIELDS = of("indices:admin/mappings/fields/get", Target.KNOWLEDGE)
+FIELDS_INDEX = of("indices:admin/mappings/fields/get[index]", Target.KNOWLEDGE)
+SEARCH_K = of("indices:data/read/search", Target.KNOWLEDGE)
+
+
+def call(privilege: Privilege) -> Any:
+    name, spare = probes._where(privilege.target, NAMES, TODAY)[0]
+    found = probes._call_for(privilege, name, spare)
+    assert found is not None
+    return found
+
+
+@pytest.mark.parametrize(("privilege", "status", "answer", "expected"), [
+    (SEARCH_K, 200, {"hits": {}}, Status.HELD),
+    (SEARCH_K, 404, {"error": {"type": "index_not_found_exception"}}, Status.HELD),
+    (SEARCH_K, 403, refusal("indices:data/read/search"), Status.MISSING),
+    # One _bulk checks bulk, then bulk[s] and the item's action: a refusal names what is missing at its step.
+    (BULK_R, 403, refusal("indices:data/write/bulk"), Status.MISSING),
+    (BULK_S_R, 403, refusal("indices:data/write/bulk"), Status.UNCHECKED),
+    (BULK_R, 200, {"items": [{"create": {"status": 403, "error": refusal("indices:data/write/bulk[s]")["error"]}}]},
+     Status.HELD),
+    (BULK_S_R, 200, {"items": [{"create": {"status": 403, "error": refusal(
+        "indices:data/write/bulk[s]", "indices:data/write/index")["error"]}}]}, Status.MISSING),
+    (INDEX_R, 200, {"items": [{"create": {"status": 400, "error": {"type": "mapper_parsing_exception"}}}]},
+     Status.HELD),
+    # The plugin refuses an index's field mappings silently: 404 and no body.
+    (FIELDS_INDEX, 404, {}, Status.MISSING),
+    (FIELDS, 404, {}, Status.HELD),
+    (FIELDS_INDEX, 200, {"kb-docs-v1": {"mappings": {}}}, Status.HELD),
+    (SEARCH_K, 503, {"error": "unavailable"}, Status.UNCHECKED),
+])
+def test_a_verdict_reads_the_refusal_on_the_calls_chain(privilege: Privilege, status: int, answer: Any,
+                                                        expected: Status) -> None:
+    assert probes._verdict(privilege, call(privilege), status, answer)[0] is expected
+
+
+def test_every_privilege_of_every_duty_has_a_probe_that_writes_nothing() -> None:
+    for listed in DUTIES.values():
+        for privilege in listed:
+            probe = call(privilege)
+            assert privilege.action in probe.chain, privilege
+            body = probe.body or b""
+            if probe.method == "PUT" and probe.path.count("/") == 1:  # an index create: refused for 0 shards
+                assert b'"number_of_shards":0' in body
+            if probe.path == "/_bulk":
+                assert probe.needs_index and (b'"_id":"es-provider-check-probe"}\n' in body or b"delete" in body)
+            if "by_query" in probe.path or probe.path == "/_reindex":
+                assert b"match_none" in body
+            if probe.method == "DELETE" and probe.path.startswith("/") and "scroll" not in probe.path:
+                assert probe.path.endswith(("-v0", "-1970.01.01")), probe.path
+
+
+@pytest.mark.parametrize(("target", "where"), [
+    (Target.KNOWLEDGE, [("kb-docs", "kb-docs-v0")]),
+    (Target.ACCESS, [("a-2026.12.03", "a-1970.01.01")]),
+    (Target.REPLAYS, [("r", "r")]),
+    (Target.CLUSTER, [("cluster", "cluster")]),
+])
+def test_where_a_target_is_probed(target: Target, where: list[tuple[str, str]]) -> None:
+    assert probes._where(target, NAMES, TODAY) == where
+
+
+class FakeEngine(probes.Probes):
+    """The probes over canned answers, by (method, path)."""
+
+    def __init__(self, answers: dict[tuple[str, str], tuple[int, Any]]) -> None:
+        self.answers = answers
+        self.asked: list[tuple[str, str, bytes | None]] = []
+
+    async def _raw(self, call: Any, budget: Any = None) -> tuple[int, Any]:
+        self.asked.append((call.method, call.path, call.body))
+        return self.answers.get((call.method, call.path.split("?")[0]), (200, {}))
+
+
+def test_elasticsearch_is_asked_has_privileges() -> None:
+    privileges = [of("cluster:monitor/main", Target.CLUSTER), SEARCH_K, of("indices:data/read/mget", Target.PRINCIPALS)]
+    engine = FakeEngine({("GET", "/"): (200, {"version": {"number": "8.17.0"}}),
+                         ("POST", "/_security/user/_has_privileges"): (200, {
+                             "cluster": {"monitor": True}, "index": {"kb-docs": {"read": True},
+                                                                    "kb-docs-v*": {"read": True},
+                                                                    "p": {"read": False}}})})
+    findings = asyncio.run(engine.probe(privileges, NAMES, TODAY))
+    assert [(f.privilege.action, f.status) for f in findings] == [
+        ("cluster:monitor/main", Status.HELD), ("indices:data/read/search", Status.HELD),
+        ("indices:data/read/mget", Status.MISSING)]
+    asked = orjson.loads(engine.asked[-1][2] or b"{}")
+    assert asked == {"cluster": ["monitor"], "index": [{"names": ["kb-docs", "kb-docs-v*"], "privileges": ["read"]},
+                                                       {"names": ["p"], "privileges": ["read"]}]}
+
+
+def test_a_write_on_an_own_index_that_is_not_there_is_unchecked() -> None:
+    engine = FakeEngine({("GET", "/"): (200, {"version": {"distribution": "opensearch"}}),
+                         ("GET", "/r"): (404, {"error": {"type": "index_not_found_exception"}})})
+    findings = asyncio.run(engine.probe([BULK_R, INDEX_R], NAMES, TODAY))
+    assert {f.status for f in findings} == {Status.UNCHECKED}
+    assert not [asked for asked in engine.asked if asked[1] == "/_bulk"]  # never written to
+
+
+def _settings() -> Settings:
+    return Settings.model_validate({"opensearch": {"url": "http://127.0.0.1:1"}}, strict=False)
+
+
+def test_grants_refuse_while_a_privilege_is_missing() -> None:
+    class Engine:
+        connection = Connection.plain("http://127.0.0.1:9200")
+
+        def __init__(self) -> None:
+            self.findings = [Finding(SERVE[1], "kb-docs", Status.MISSING, "refused")]
+
+        async def probe(self, *_: Any, **__: Any) -> list[Finding]:
+            return self.findings
+
+    engine = Engine()
+    now = [0.0]
+    grants = Grants(engine, _settings(), every_s=60, clock=lambda: now[0])  # type: ignore[arg-type]
+    grants.require()  # nothing probed yet: nothing refused
+    assert [f.privilege for f in asyncio.run(grants.check())] == [SERVE[1]]
+    with pytest.raises(KnowledgeError) as refused:
+        grants.require()
+    assert "indices:data/read/search on kb-docs" in str(refused.value.detail)
+    engine.findings = []
+    asyncio.run(grants.check())
+    with pytest.raises(KnowledgeError):
+        grants.require()  # probed again only after every_s
+    now[0] = 61
+    assert asyncio.run(grants.check()) == []
+    grants.require()
+
+
+@pytest.mark.parametrize("duty", list(Duty))
+def test_the_serve_settings_select_only_what_they_use(duty: Duty) -> None:
+    listed = probes.privileges_of(_settings(), duty)
+    if duty is Duty.SERVE:  # no knowledge base embeds, signs, or reads the store
+        assert {p.target for p in listed} == {Target.CLUSTER, Target.KNOWLEDGE}
+    else:
+        assert listed == list(DUTIES[duty])
+
+
+@pytest.mark.parametrize(("finding", "row", "note"), [
+    (Finding(SEARCH_K, "kb-docs", Status.HELD), ["indices:data/read/search", "kb-docs", "held"], None),
+    (Finding(BULK_R, "r", Status.MISSING, "refused"),
+     ["indices:data/write/bulk", "r", "missing", "indices:data/write/bulk", "(cluster", "permission)"], "refused"),
+    (Finding(INDEX_R, "r", Status.UNCHECKED, "r is not there yet"), ["indices:data/write/index", "r", "unchecked"],
+     "r is not there yet"),
+    (Finding(SEARCH_K, "kb-docs", Status.MISSING, "no read privilege", elastic=True),
+     ["read", "(indices:data/read/search)", "kb-docs", "missing", "read", "(index", "privilege)"],
+     "no read privilege"),
+])
+def test_the_check_table(finding: Finding, row: list[str], note: str | None) -> None:
+    from es_provider.cli.check import table
+
+    lines = table([finding], finding.elastic).splitlines()
+    assert lines[1].split() == row
+    assert (note is None) == (len(lines) == 2) and (note is None or note in lines[2])

@@ -8,6 +8,7 @@ Made here, never by a write: a node's auto-creation would give them dynamic mapp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 from collections.abc import Callable
@@ -83,8 +84,8 @@ class Keeper:
                 if await ensure(self._engine, index):
                     log.info("made the %s index %s", index.purpose, index.name)
             except KnowledgeError as exc:
-                if index.due:  # the first clause only: it may reach /readyz's unauthenticated body
-                    problems[index.name] = (exc.detail or exc.code.value).split(":")[0]
+                if index.due:
+                    problems[index.name] = exc.detail or exc.code.value
                 log.warning("the %s index %s is missing and cannot be made (%s): run `es-provider prepare` as a "
                             "user of the ingest duty", index.purpose, index.name, exc.detail)
         self.problems, self._checked = problems, True
@@ -95,6 +96,14 @@ class Keeper:
         while True:
             await self.check()
             await asyncio.sleep(EVERY_S)
+
+    async def start(self, wait_s: float) -> asyncio.Task[None]:
+        """`run` in the background, after waiting up to `wait_s` for its first look: what the engine answers at
+        once is made before the first request."""
+        task = asyncio.create_task(self.run())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.looked.wait(), wait_s)
+        return task
 
     async def ready(self) -> dict[str, str]:
         """Why it is not ready (index → reason); looked at again while there is a reason (`prepare` may have run)."""

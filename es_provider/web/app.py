@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import logging
 import os
@@ -62,6 +61,11 @@ async def healthz(_: web.Request) -> web.Response:
     return web.json_response({"status": "ok", "worker": os.getpid()})
 
 
+def _first_clause(reason: str) -> str:
+    """What of a reason /readyz's unauthenticated body shows: no hosts or user names (the log has the rest)."""
+    return reason.split(":", maxsplit=1)[0]
+
+
 async def readyz(request: web.Request) -> web.Response:
     """Ready only when every knowledge base can be searched through the search path itself (prefix, credentials,
     privileges, index present: a size-0 search on its alias), the engine user holds the serve duty's privileges
@@ -80,13 +84,13 @@ async def readyz(request: web.Request) -> web.Response:
     except KnowledgeError as exc:
         # The log has the whole detail; the unauthenticated body only its first clause (no hosts or user names).
         log.warning("not ready: %s", exc.detail)
-        reasons["engine"] = (exc.detail or exc.code.value).split(":")[0]
+        reasons["engine"] = _first_clause(exc.detail or exc.code.value)
     engine_reason = reasons.get("engine")
     if engine_reason is None or engine_reason.startswith("engine refused a privilege"):  # else: no use asking
         await _check_grants(services, budget, reasons)
     for keeper in request.app.get(KEEPERS, ()) if "engine" not in reasons else ():  # not twice for one outage
         if problems := await keeper.ready():
-            why = "; ".join(f"{index} ({reason})" for index, reason in problems.items())
+            why = "; ".join(f"{index} ({_first_clause(reason)})" for index, reason in problems.items())
             reasons["own_indices"] = f"missing and not made: {why}; run `es-provider prepare`"
     recorder = request.app.get(RECORDER)
     if recorder is not None and recorder.refusing():
@@ -365,9 +369,7 @@ def access_context(settings: Settings, metrics: Metrics, environ: Mapping[str, s
         if own is not None:
             keeper = keeper_of(settings, own, access=True, main=False)
             app[KEEPERS] = [*app.get(KEEPERS, ()), keeper]
-            keeping = asyncio.create_task(keeper.run())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(keeper.looked.wait(), START_PROBE_MS / 1000)
+            keeping = await keeper.start(START_PROBE_MS / 1000)
         try:
             yield
         finally:
@@ -380,11 +382,11 @@ def access_context(settings: Settings, metrics: Metrics, environ: Mapping[str, s
     return context
 
 
-def _background(settings: Settings, shared_replays: SharedReplays | None, store: PrincipalStore | None,
-                keeper: Keeper) -> list[asyncio.Task[None]]:
-    """The engine's tasks for the life of the app: forgetting expired signatures, polling the principal store,
-    keeping the own indices."""
-    background = [asyncio.create_task(keeper.run())]
+def _background(settings: Settings, shared_replays: SharedReplays | None, store: PrincipalStore | None
+                ) -> list[asyncio.Task[None]]:
+    """The engine's tasks for the life of the app besides the own indices' keeper: forgetting expired signatures,
+    polling the principal store."""
+    background: list[asyncio.Task[None]] = []
     if shared_replays is not None:
         background.append(asyncio.create_task(shared_replays.sweep(min(60.0, settings.server.signature_window_s))))
     if store is not None:
@@ -458,9 +460,8 @@ def create_app(
         shared_replays = SharedReplays(engine, settings.server.replay_index) if settings.shares_replays() else None
         store = PrincipalStore(engine, settings) if settings.uses_directory() else None
         app[KEEPERS] = [keeper_of(settings, engine, access=settings.access_log.own_engine() is None)]
-        background = _background(settings, shared_replays, store, app[KEEPERS][0])
-        with contextlib.suppress(TimeoutError):  # made before the first request when the engine answers at once
-            await asyncio.wait_for(app[KEEPERS][0].looked.wait(), START_PROBE_MS / 1000)
+        background = [await app[KEEPERS][0].start(START_PROBE_MS / 1000), *_background(settings, shared_replays,
+                                                                                        store)]
         log.info("subjects' groups come from %s", f"the principal store ({settings.directory.index}), then "
                  "[principals] for subjects it does not know" if store is not None else "[principals] only")
         app[ENGINE] = engine

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import time
+import uuid
 from typing import Any
 
 from helpers.setup import CALLBACK_SECRET
@@ -43,3 +47,20 @@ def headers(**changes: str | None) -> dict[str, str]:
     }
     h.update(changes)
     return {k: v for k, v in h.items() if v is not None}
+
+
+def signed(payload: dict[str, Any], secret: str = CALLBACK_SECRET) -> tuple[bytes, dict[str, str]]:
+    """The raw body and headers of a signed callback (a timestamp of now, in milliseconds)."""
+    raw = json.dumps(payload).encode()
+    stamp = str(int(time.time() * 1000))
+    signature = hmac.new(secret.encode(), stamp.encode() + b"." + raw, hashlib.sha256).hexdigest()
+    return raw, {**headers(**{"Idempotency-Key": payload["executionId"]}), "X-Knowledge-Timestamp": stamp,
+                 "X-Knowledge-Signature": signature}
+
+
+async def ask(client: Any) -> tuple[int, Any]:
+    """One callback with an executionId of its own: (status, answer)."""
+    execution = f"exec-{uuid.uuid4().hex[:12]}"
+    response = await client.post(ROUTE, data=json.dumps(body(executionId=execution)).encode(),
+                                 headers=headers(**{"Idempotency-Key": execution}))
+    return response.status, await response.json()

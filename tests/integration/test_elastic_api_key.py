@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trustme
-from helpers.calls import ROUTE, body, headers
+from helpers.calls import ask
 from helpers.setup import load_records, new_kb
 from helpers.tls_front import Certificates, TlsFront
 
@@ -33,13 +31,6 @@ def record(doc: str) -> dict[str, Any]:
     return {"document_id": doc, "title": doc, "content": f"installation guide {doc}",
             "source": {"type": "DOCUMENT", "id": doc, "version": "v1"}, "acl": {"public": True},
             "tenant_id": "team-a"}
-
-
-async def ask(client: Any) -> tuple[int, Any]:
-    execution = f"exec-{uuid.uuid4().hex[:12]}"
-    response = await client.post(ROUTE, data=json.dumps(body(executionId=execution)).encode(),
-                                 headers=headers(**{"Idempotency-Key": execution}))
-    return response.status, await response.json()
 
 
 @pytest.fixture

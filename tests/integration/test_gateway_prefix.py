@@ -4,23 +4,14 @@ whose URL lacks the prefix is not ready (its searches would 404) instead of sayi
 
 from __future__ import annotations
 
-import json
 import uuid
-from typing import Any
 
-from helpers.calls import ROUTE, body, headers
+from helpers.calls import ask
 from helpers.proxy import EngineProxy
 from helpers.setup import load_records, new_kb
 
 from es_provider.engine.client import Engine
 from es_provider.ingest import admin
-
-
-async def ask(client: Any) -> tuple[int, Any]:
-    execution = f"exec-{uuid.uuid4().hex[:12]}"
-    response = await client.post(ROUTE, data=json.dumps(body(executionId=execution)).encode(),
-                                 headers=headers(**{"Idempotency-Key": execution}))
-    return response.status, await response.json()
 
 
 async def test_every_client_keeps_the_gateways_prefix(opensearch, client_for) -> None:

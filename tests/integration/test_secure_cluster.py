@@ -6,8 +6,6 @@ protocol, SCIM and the principal store as well; and a wrong CA refused with a me
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
 import logging
 import time
@@ -16,7 +14,7 @@ from typing import Any
 
 import pytest
 from helpers import scim_calls
-from helpers.calls import ROUTE, body, headers
+from helpers.calls import ROUTE, ask, body, signed
 from helpers.secure_node import ROLE_OF, default_roles, put_role, put_role_mapping, put_user
 from helpers.setup import CALLBACK_SECRET, api_key, bearer, load_records, new_kb
 
@@ -36,14 +34,6 @@ def cluster(node: Any, user: str | None, **changes: Any) -> dict[str, Any]:
 
 def passwords(node: Any) -> dict[str, str]:
     return {f"PW_{user.upper()}": password for user, password in node.passwords.items()}
-
-
-async def ask(client: Any, signed: bool = False) -> tuple[int, Any]:
-    execution = f"exec-{uuid.uuid4().hex[:12]}"
-    extra: dict[str, str] = {"Idempotency-Key": execution}
-    response = await client.post(ROUTE, data=json.dumps(body(executionId=execution)).encode(),
-                                 headers=headers(**extra))
-    return response.status, await response.json()
 
 
 @pytest.fixture
@@ -126,14 +116,6 @@ def _toml(node: Any, user: str, kb: Any, **tables: dict[str, Any]) -> str:
     return "\n".join([*lines, "[[knowledge]]", *(f"{k} = {json.dumps(v)}" for k, v in entry.items())]) + "\n"
 
 
-def _signed(execution: str, subject: str) -> tuple[bytes, dict[str, str]]:
-    raw = json.dumps(body(subject, executionId=execution)).encode()
-    stamp = str(int(time.time() * 1000))
-    signature = hmac.new(CALLBACK_SECRET.encode(), stamp.encode() + b"." + raw, hashlib.sha256).hexdigest()
-    return raw, {**headers(**{"Idempotency-Key": execution}), "X-Knowledge-Timestamp": stamp,
-                 "X-Knowledge-Signature": signature}
-
-
 RECORDS = [
     {"document_id": "open-1", "title": "Open", "content": "installation guide for everyone", "tenant_id": "team-a",
      "acl": {"public": True}},
@@ -166,7 +148,7 @@ async def _knowledge(node: Any, tmp_path: Any, monkeypatch: Any, tag: str) -> An
 async def _every_protocol(served: Any, kb: Any, subject: str, tag: str, admin_engine: Any, prefix: str) -> None:
     """A signed SparkTide callback whose subject's group comes from the principal store (and its replay refused by
     the replay store), AgentArts and Dify, and each answer's access record."""
-    raw, sent = _signed(f"exec-{tag}", subject)
+    raw, sent = signed(body(subject, executionId=f"exec-{tag}"))
     spark = await served.post(ROUTE, data=raw, headers=sent)
     assert spark.status == 200, await spark.text()
     assert {i["documentId"] for i in (await spark.json())["items"]} == {"open-1", "eng-1"}

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import hashlib
-import hmac
 import json
 import secrets
-import time
 import uuid
 from typing import Any
 
-from helpers.calls import ROUTE, body, headers
+from helpers.calls import ROUTE, body, signed
 from helpers.secure_node import TEST_NAMES, put_role, put_role_mapping, put_user
 from helpers.setup import CALLBACK_SECRET, new_kb
 from test_secure_cluster import cluster, passwords
@@ -33,14 +30,6 @@ from es_provider.engine.client import connect
 # indices, never makes one.
 NO_CREATE = privileges.opensearch_permissions(
     [p for p in (*privileges.SERVE, *privileges.ACCESS) if p.action != "indices:admin/create"], TEST_NAMES)
-
-
-def signed(execution: str) -> tuple[bytes, dict[str, str]]:
-    raw = json.dumps(body(executionId=execution)).encode()
-    stamp = str(int(time.time() * 1000))
-    signature = hmac.new(CALLBACK_SECRET.encode(), stamp.encode() + b"." + raw, hashlib.sha256).hexdigest()
-    return raw, {**headers(**{"Idempotency-Key": execution}), "X-Knowledge-Timestamp": stamp,
-                 "X-Knowledge-Signature": signature}
 
 
 def toml_config(node: Any, kb: Any, replay_index: str, access_prefix: str) -> str:
@@ -75,7 +64,7 @@ async def test_a_serve_user_without_create_rights_works_once_prepare_made_its_in
     reasons = (await ready.json())["reasons"]
     assert ready.status == 503 and replay_index in reasons["own_indices"]
     assert access.day_index(access_prefix, today) in reasons["own_indices"]
-    raw, sent = signed(f"exec-{tag}-0")
+    raw, sent = signed(body(executionId=f"exec-{tag}-0"))
     assert (await served.post(ROUTE, data=raw, headers=sent)).status == 503
 
     # The ingest duty makes them ahead of time.
@@ -91,7 +80,7 @@ async def test_a_serve_user_without_create_rights_works_once_prepare_made_its_in
             break
         await asyncio.sleep(0.5)
     assert ready.status == 200, await ready.text()
-    raw, sent = signed(f"exec-{tag}-1")
+    raw, sent = signed(body(executionId=f"exec-{tag}-1"))
     answer = await served.post(ROUTE, data=raw, headers=sent)
     assert answer.status == 200 and [i["documentId"] for i in (await answer.json())["items"]] == ["secure-1"]
     assert (await served.post(ROUTE, data=raw, headers=sent)).status == 401  # the replay store refuses a replay

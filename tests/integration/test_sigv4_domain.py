@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.calls import ROUTE, body, headers
+from helpers.calls import ask
 from helpers.setup import load_records, new_kb
 from helpers.sigv4_front import Known, sigv4_front
 
@@ -57,13 +57,6 @@ def record(doc: str) -> dict[str, Any]:
     return {"document_id": doc, "title": doc, "content": f"installation guide {doc}",
             "source": {"type": "DOCUMENT", "id": doc, "version": "v1"}, "acl": {"public": True},
             "tenant_id": "team-a"}
-
-
-async def ask(client: Any) -> tuple[int, Any]:
-    execution = f"exec-{uuid.uuid4().hex[:12]}"
-    response = await client.post(ROUTE, data=json.dumps(body(executionId=execution)).encode(),
-                                 headers=headers(**{"Idempotency-Key": execution}))
-    return response.status, await response.json()
 
 
 @pytest.fixture

@@ -27,11 +27,13 @@ compose-check:
 XDIST ?= -n 4 --dist loadfile
 ES_XDIST ?= -n 2 --dist loadfile
 
-# Unit and integration tests in three timed phases (scripts/run-tests, which starts the engine nodes once): all but
-# the timing tests on OpenSearch in XDIST processes, the timing tests alone, then what differs by engine (-m engines:
-# tests/conftest.py's ENGINES says what and why) on Elasticsearch 8 and 9 side by side.
-test: install lint compose-check
-	BIN=$(BIN) XDIST="$(XDIST)" ES_XDIST="$(ES_XDIST)" scripts/run-tests
+# Lint and the compose check while the engine nodes start, then the tests in timed phases (scripts/run-tests, which
+# starts the nodes once): all but the timing tests on OpenSearch in XDIST processes, the timing tests alone, and what
+# differs by engine (-m engines: tests/conftest.py's ENGINES says what and why) on Elasticsearch 8 and 9, at low
+# priority beside the timing tests.
+test: install
+	BIN=$(BIN) XDIST="$(XDIST)" ES_XDIST="$(ES_XDIST)" LINT="$(MAKE) --no-print-directory lint compose-check" \
+		scripts/run-tests
 
 # The pure, table-driven tests alone: no engine, a few seconds.
 unit: install

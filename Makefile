@@ -27,12 +27,12 @@ compose-check:
 XDIST ?= -n 4 --dist loadfile
 ES_XDIST ?= -n 2 --dist loadfile
 
-# Lint and the compose check while the engine nodes start, then the tests in timed phases (scripts/run-tests, which
-# starts the nodes once): all but the timing tests on OpenSearch in XDIST processes, the timing tests alone, and what
-# differs by engine (-m engines: tests/conftest.py's ENGINES says what and why) on Elasticsearch 8 and 9, at low
-# priority beside the timing tests.
-test: install
-	BIN=$(BIN) XDIST="$(XDIST)" ES_XDIST="$(ES_XDIST)" LINT="$(MAKE) --no-print-directory lint compose-check" \
+# The install, lint and compose check while the engine nodes start, then the tests in timed phases (scripts/run-tests,
+# which starts the nodes once): all but the timing tests on OpenSearch in XDIST processes, the timing tests alone,
+# and what differs by engine (-m engines: tests/conftest.py's ENGINES says what and why) on Elasticsearch 8 and 9, at
+# low priority beside the timing tests.
+test:
+	BIN=$(BIN) XDIST="$(XDIST)" ES_XDIST="$(ES_XDIST)" SETUP="$(MAKE) --no-print-directory install lint compose-check" \
 		scripts/run-tests
 
 # The pure, table-driven tests alone: no engine, a few seconds.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from es_provider.cli.common import fail, find_kb, with_config, with_engine
+from es_provider.cli.common import fail, find_kb, read_only_refusal, with_config, with_engine
 from es_provider.config.settings import Settings
 from es_provider.engine.client import Engine
 from es_provider.ingest import admin
@@ -41,6 +41,8 @@ def cmd_kb(args: argparse.Namespace, settings: Settings) -> int:
         print(f"knowledge base {kb.id}: alias {kb.alias} → {index}")
         return 0
 
+    if args.kb_command != "list" and (why := read_only_refusal(find_kb(settings, args.kb), f"kb {args.kb_command}")):
+        return fail(why)
     return asyncio.run(with_engine(settings, work, writes="kb reindex" if args.kb_command == "reindex" else None))
 
 

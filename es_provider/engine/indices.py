@@ -99,7 +99,9 @@ class IndexAdmin(EngineBase):
                     index=",".join(aliases), ignore_unavailable=True, request_timeout=left)
             except NotFoundError:
                 return set()
-            return {name for entry in response.values() for name in (entry.get("aliases") or {}) if name in aliases}
+            # An existing index may be named as it is, without an alias (docs/existing-index.md).
+            return {name for index, entry in response.items() for name in (index, *(entry.get("aliases") or {}))
+                    if name in aliases}
 
         return await self._call(budget, run)
 

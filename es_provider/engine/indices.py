@@ -105,6 +105,15 @@ class IndexAdmin(EngineBase):
 
         return await self._call(budget, run)
 
+    async def mappings(self, index: str) -> dict[str, dict[str, Any]]:
+        """Each index behind `index` → its mapping's properties."""
+        async def run(left: float) -> dict[str, dict[str, Any]]:
+            response = await self._client.indices.get_mapping(index=index, request_timeout=left)
+            return {name: dict((body.get("mappings") or {}).get("properties") or {})
+                    for name, body in response.items()}
+
+        return await self._call(None, run)
+
     async def refresh(self, index: str) -> None:
         async def run(left: float) -> None:
             await self._client.indices.refresh(index=index, request_timeout=left)

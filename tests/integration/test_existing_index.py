@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tomllib
 import uuid
 from pathlib import Path
 from typing import Any
@@ -196,3 +197,18 @@ async def test_every_write_refuses_an_existing_index(corp: str, engine: Any, ope
     out = capsys.readouterr()
     assert code == 1 and "serves an existing index" in out.err and "never writes" in out.err, out
     assert await engine.count(corp) == before and await engine.index_exists(corp)
+
+
+def test_kb_inspect_proposes_the_fields_of_the_index(corp: str, opensearch: Any, tmp_path: Path, capsys: Any,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_CALLBACK_KEY", CALLBACK_SECRET)
+    monkeypatch.delenv("OPENSEARCH_URL", raising=False)
+    code = main(["kb", "inspect", "--index", corp, "--config", str(_config(tmp_path, opensearch.url, corp))])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    proposed = tomllib.loads(out)["knowledge"][0]
+    assert proposed["alias"] == corp and proposed["mandatory_filters"] == ["TENANT", "SUBJECT"]
+    assert proposed["fields"] == {"text": ["body", "heading"], "title": "heading", "document_id": "doc_id",
+                                  "tenant": "tenant", "subjects": "owner", "groups": "allowed_groups", "uri": "url",
+                                  "page": "page", "vector": "vec", "metadata": ["meta.year"]}
+    assert "undecided" not in out

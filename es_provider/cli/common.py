@@ -38,6 +38,14 @@ def serverless_refusal(settings: Settings, duty: str) -> str | None:
             "with its own tools (docs/cluster.md, \"OpenSearch Serverless\")")
 
 
+def read_only_refusal(kb: KnowledgeBase, duty: str) -> str | None:
+    """Why `duty` (a write) cannot run on `kb`: the service never writes to an index it did not create."""
+    if not kb.existing:
+        return None
+    return (f"{duty} refused: knowledge base {kb.id} serves an existing index (schema = \"{kb.schema_name}\"), which "
+            "the service reads and never writes; change it with the tools that built it (docs/existing-index.md)")
+
+
 async def with_engine(settings: Settings, work: Callable[[Engine], Awaitable[int]], *,
                       writes: str | None = None) -> int:
     """`work` on an engine closed afterwards; `writes` names a write duty, refused up front where it cannot run."""

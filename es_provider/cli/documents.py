@@ -7,7 +7,7 @@ import argparse
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from es_provider.cli.common import EXIT_USAGE, fail, find_kb, names, with_config, with_engine
+from es_provider.cli.common import EXIT_USAGE, fail, find_kb, names, read_only_refusal, with_config, with_engine
 from es_provider.config.knowledge import KnowledgeBase
 from es_provider.config.settings import Settings
 from es_provider.engine.client import Engine
@@ -37,6 +37,9 @@ def cmd_delete(args: argparse.Namespace, settings: Settings) -> int:
 def _change_document(settings: Settings, kb: KnowledgeBase, document: str, done: str,
                      change: Callable[[Engine], Awaitable[int]]) -> int:
     """Runs a change of one document's chunks; a document with no chunks is a failure, not a silent no-op."""
+    if (why := read_only_refusal(kb, "acl and delete")) is not None:
+        return fail(why)
+
     async def work(engine: Engine) -> int:
         changed = await change(engine)
         if changed == 0:

@@ -9,7 +9,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from es_provider.cli.common import EXIT_FAILED, EXIT_USAGE, fail, find_kb, names, with_config, with_engine
+from es_provider.cli.common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    fail,
+    find_kb,
+    names,
+    read_only_refusal,
+    with_config,
+    with_engine,
+)
 from es_provider.config.settings import Settings
 from es_provider.engine.client import Engine
 from es_provider.ingest import admin
@@ -21,6 +30,8 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     from es_provider.ingest.sources import FileDefaults, OptionError
 
     kb = find_kb(settings, args.kb)
+    if (why := read_only_refusal(kb, "ingest")) is not None:
+        return fail(why)
     metadata: dict[str, Any] = {}
     for pair in args.metadata:
         name, sep, value = pair.partition("=")

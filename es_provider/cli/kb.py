@@ -1,25 +1,52 @@
 """`es-provider kb create|list|reindex|drop`: a knowledge base's index lifecycle (ingest/admin.py does the work).
 Each subcommand takes only its own options: `--mappings` and `--replicas` shape a new index (create, reindex),
-`--exist-ok` is create's and `--delete-old` reindex's; list and drop take only the knowledge base."""
+`--exist-ok` is create's and `--delete-old` reindex's; list and drop take only the knowledge base. `kb inspect
+--index NAME` proposes a [[knowledge]] block for an existing index (core/proposal.py); only it and list write
+nothing, and the others refuse an existing index's knowledge base."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 
-from es_provider.cli.common import fail, find_kb, with_config, with_engine
+from es_provider.cli.common import fail, find_kb, read_only_refusal, with_config, with_engine
 from es_provider.config.settings import Settings
+from es_provider.core.deadline import fixed_budget
+from es_provider.core.proposal import propose
 from es_provider.engine.client import Engine
 from es_provider.ingest import admin
 from es_provider.search import embedders
 
 
+async def inspect(engine: Engine, index: str, sample: int) -> int:
+    """`kb inspect`: a proposed [[knowledge]] block for an existing index, and what could not be decided."""
+    mappings = await engine.mappings(index)
+    if not mappings:
+        return fail(f"no index {index}")
+    properties: dict[str, Any] = {}
+    for found in mappings.values():  # every index behind an alias: their fields together
+        properties |= found
+    hits = (await engine.search(index, {"size": sample, "query": {"match_all": {}}},
+                                fixed_budget(30_000, now_monotonic=time.monotonic())))["hits"]["hits"]
+    proposal = propose(properties, [hit.get("_source") or {} for hit in hits])
+    print(f"# A proposal from the mapping of {', '.join(sorted(mappings))} and {len(hits)} sampled documents: read "
+          "it, confirm the permission fields, and see docs/existing-index.md.")
+    print(proposal.toml(index), end="")
+    for line in proposal.undecided:
+        print(f"# undecided: {line}")
+    return 0
+
+
 def cmd_kb(args: argparse.Namespace, settings: Settings) -> int:
     async def work(engine: Engine) -> int:
+        if args.kb_command == "inspect":
+            return await inspect(engine, args.index, args.sample)
         if args.kb_command == "list":
             kbs = [find_kb(settings, args.kb)] if args.kb else settings.knowledge
             for kb in kbs:
@@ -41,6 +68,9 @@ def cmd_kb(args: argparse.Namespace, settings: Settings) -> int:
         print(f"knowledge base {kb.id}: alias {kb.alias} → {index}")
         return 0
 
+    if args.kb_command not in ("list", "inspect") and (why := read_only_refusal(find_kb(settings, args.kb),
+                                                                                 f"kb {args.kb_command}")):
+        return fail(why)
     return asyncio.run(with_engine(settings, work, writes="kb reindex" if args.kb_command == "reindex" else None))
 
 
@@ -58,3 +88,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         if name == "reindex":
             p.add_argument("--delete-old", action="store_true", help="delete the previous index after the swap")
         p.set_defaults(run=cmd_kb)
+    p = with_config(kb_sub.add_parser("inspect", help="propose a [[knowledge]] block for an existing index"))
+    p.add_argument("--index", required=True, help="the index or alias to read (its mapping and a sample)")
+    p.add_argument("--sample", type=int, default=50, help="how many documents to sample (default 50)")
+    p.set_defaults(run=cmd_kb)

@@ -5,13 +5,17 @@ sections, which name a knowledge base only by its id.
 
 from __future__ import annotations
 
+import dataclasses
+from functools import cached_property
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from es_provider.config.model import ConfigModel, EnvName, FilterName, Ident
 from es_provider.core.acl import Filter, ordered
 from es_provider.core.calibration import Logistic
+from es_provider.core.presets import PRESETS
+from es_provider.core.schema import Schema
 
 Language = Literal["en", "zh"]
 LANGUAGES: tuple[Language, ...] = ("en", "zh")
@@ -113,8 +117,63 @@ class EmbedderSettings(ConfigModel):
         return self
 
 
+SchemaName = Literal["es-provider", "elastic-connectors", "langchain", "llamaindex", "haystack", "bedrock", "custom"]
+# A field of an existing index, as its mapping names it (dots for objects' fields); no patterns, no lists.
+FieldName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_@][A-Za-z0-9_@.\-]*$")]
+
+
+class PrincipalPrefixes(ConfigModel):
+    """How `principals` names a subject and a group (Elastic's connectors: "user:", "group:")."""
+
+    subject: str = Field(default="user:", min_length=1, max_length=64)
+    """Put before a subject id."""
+    group: str = Field(default="group:", min_length=1, max_length=64)
+    """Put before a group name."""
+
+
+class FieldMap(ConfigModel):
+    """An existing index's fields (docs/existing-index.md): for `schema = "custom"` all of them, for a preset
+    those that differ from it, and the permission fields, which no preset knows (Elastic's connectors excepted).
+    Tenant, ACL and id fields must be `keyword` in every index behind the alias (checked at start and by /readyz)."""
+
+    text: list[FieldName] | None = Field(default=None, min_length=1, max_length=8)
+    """The fields a query's text is matched against; the first is the answer's content."""
+    title: FieldName | None = None
+    """The document's title."""
+    document_id: FieldName | None = None
+    """The document id: a field, or "_id" (each engine document is then a document of its own)."""
+    tenant: FieldName | None = None
+    """The tenant (keyword). Without it TENANT cannot be enforced: such a knowledge base cannot mandate TENANT,
+    and API keys may read it only with `open_to_keys = true`."""
+    subjects: FieldName | None = None
+    """The subjects that may read a document (keyword, one or many)."""
+    groups: FieldName | None = None
+    """The groups that may read it (keyword, one or many)."""
+    public: FieldName | None = None
+    """A boolean: true lets anyone read it."""
+    principals: FieldName | None = None
+    """One keyword field of prefixed principals (`user:…`, `group:…`), instead of or beside subjects/groups."""
+    principal_prefixes: PrincipalPrefixes | None = None
+    """How `principals` names subjects and groups."""
+    uri: FieldName | None = None
+    """The document's (or page's) URI, answered as the item's source uri."""
+    page: FieldName | None = None
+    """The page number."""
+    locator: FieldName | None = None
+    """Where in the document (a section, an anchor)."""
+    metadata: list[FieldName] | None = Field(default=None, max_length=64)
+    """Fields callers see in an item's metadata and may filter on (Dify, AgentArts), each under its last name
+    (`meta.year` as `year`)."""
+    vector: FieldName | None = None
+    """The vector field its pipeline wrote, for vector and hybrid retrieval (the knowledge base's embedder must
+    make the same vectors)."""
+
+
 class KnowledgeBase(ConfigModel):
     """One knowledge base: an engine alias, how each platform reaches it, and how its chunks are found."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, validate_by_name=True, validate_by_alias=True,
+                              serialize_by_alias=True)
 
     id: Ident
     """The SparkTide knowledgeId, AgentArts knowledge_base_id and Dify knowledge_id."""
@@ -155,6 +214,39 @@ class KnowledgeBase(ConfigModel):
     "zh" the CJK-bigram ones (Chinese, Japanese, Korean). One language makes the index smaller and the ingest
     faster (docs/benchmarks.md "mapping"); both (the default) serves mixed text."""
 
+    # `schema` in the file (the attribute's own name would shadow pydantic's BaseModel.schema).
+    schema_name: SchemaName = Field(default="es-provider", alias="schema")
+    """How its index is shaped (docs/existing-index.md): "es-provider", the service's own (it creates and writes
+    it); a tool's layout ("elastic-connectors", "langchain", "llamaindex", "haystack", "bedrock"); or "custom",
+    every field named in `fields`. Any other than "es-provider" is an existing index, served read-only."""
+    fields: FieldMap | None = None
+    """`[knowledge.fields]`: an existing index's fields, over the preset's."""
+    public_when_unset: bool = False
+    """An existing index's document without any ACL value: readable by nobody (false) or by everyone (true, as
+    Elastic's own filter reads connectors' indices; logged at every start)."""
+
+    @cached_property
+    def layout(self) -> Schema:
+        """The Schema value the translation reads (schema.py)."""
+        preset = PRESETS[self.schema_name]
+        if self.fields is None:
+            return dataclasses.replace(preset, public_when_unset=self.public_when_unset) if not preset.own else preset
+        given = self.fields.model_dump(exclude_none=True, exclude={"principal_prefixes", "metadata", "text"})
+        prefixes = self.fields.principal_prefixes
+        changes: dict[str, object] = {**given, "public_when_unset": self.public_when_unset}
+        if self.fields.text is not None:
+            changes["text"] = tuple(self.fields.text)
+        if self.fields.metadata is not None:
+            changes["metadata"] = tuple((field.rsplit(".", 1)[-1], field) for field in self.fields.metadata)
+        if prefixes is not None:
+            changes |= {"subject_prefix": prefixes.subject, "group_prefix": prefixes.group}
+        return dataclasses.replace(preset, **changes)  # type: ignore[arg-type]
+
+    @property
+    def existing(self) -> bool:
+        """An index the service did not create: served read-only."""
+        return not self.layout.own
+
     def key_filters(self, *, end_user: bool = False) -> tuple[Filter, ...]:
         """The filters an API-key request enforces here: the key's tenant scope always (unless `open_to_keys`),
         plus every mandatory filter; and SUBJECT whenever the request names the end user it acts for (that is what
@@ -174,10 +266,38 @@ class KnowledgeBase(ConfigModel):
             raise ValueError("mandatory_filters has duplicates")
         if len(set(self.languages)) != len(self.languages):
             raise ValueError("languages has duplicates")
+        self._check_layout()
         if self.permissions and self.protocol == "1.0" and Filter.SUBJECT not in self.mandatory_filters:
             # The spec: a 1.0 definition that configures permissions must declare SUBJECT.
             raise ValueError("a knowledge base with permissions must list SUBJECT in mandatory_filters")
         return self
+
+
+    def _check_layout(self) -> None:
+        """An existing index's schema must name what its configuration relies on: appliedFilters claims exactly
+        what the schema enforces."""
+        if self.schema_name == "es-provider":
+            if self.fields is not None or self.public_when_unset:
+                raise ValueError("fields and public_when_unset are for an existing index's schema, not es-provider's")
+            return
+        layout = self.layout
+        if not layout.text:
+            raise ValueError(f"schema {self.schema_name!r} needs fields.text")
+        if Filter.TENANT in self.mandatory_filters and layout.tenant is None:
+            raise ValueError("TENANT is mandatory but the schema has no tenant field (fields.tenant)")
+        if Filter.SUBJECT in self.mandatory_filters and not layout.acl_fields:
+            raise ValueError("SUBJECT is mandatory but the schema has no ACL field (fields.subjects, groups, public "
+                             "or principals)")
+        if layout.tenant is None and not self.open_to_keys:
+            raise ValueError("API keys always read within their tenants, and the schema has no tenant field: map "
+                             "fields.tenant, or set open_to_keys = true")
+        if self.retrieval != "bm25" and layout.vector is None:
+            raise ValueError(f"retrieval = {self.retrieval!r} needs fields.vector")
+        if self.public_when_unset and not layout.acl_fields:
+            raise ValueError("public_when_unset needs an ACL field to be unset")
+        names = [name for name, _ in layout.metadata]
+        if len(set(names)) != len(names):
+            raise ValueError("fields.metadata has two fields of one last name")
 
 
 RerankApi = Literal["cohere", "tei"]

@@ -210,7 +210,7 @@ class _Doc:
             default = f"`{_toml(getattr(instance, name))}`" if instance is not None else _default(field)
             if instance is not None and getattr(instance, name) is None:
                 default = "unset"
-            self.lines.append(_row(name, field, default))
+            self.lines.append(_row(field.alias or name, field, default))
         self.lines.append("")
         rules = _rules(model)
         if rules:

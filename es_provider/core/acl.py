@@ -1,5 +1,6 @@
 """Permissions (docs/protocols.md §5), defined once: each filter is a pair of an OpenSearch clause and a Python
-predicate over a hit's `_source`, kept side by side so they cannot drift apart.
+predicate over a hit's `_source`, kept side by side so they cannot drift apart. Both read the fields a knowledge
+base's schema names (schema.py: the service's own layout, or an existing index's).
 
 Pure: no I/O. The clauses go in the `filter` context of the one bool query; the predicates re-check hits.
 """
@@ -11,10 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-TENANT_FIELD = "tenant_id"
-SUBJECTS_FIELD = "acl.subjects"
-GROUPS_FIELD = "acl.groups"
-PUBLIC_FIELD = "acl.public"
+from es_provider.core.schema import OWN, Schema, strings, value_at
 
 Clause = dict[str, Any]
 
@@ -52,80 +50,108 @@ class Identity:
         return cls(app_id, frozenset({tenant_id}) if tenant_id else frozenset(), subject_id, groups)
 
 
-def _strings(value: Any) -> list[str]:
-    """A keyword field as OpenSearch matches it: one string or a list of strings; anything else matches nothing."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list):
-        return [v for v in value if isinstance(v, str)]
-    return []
+keyword_values = strings  # for explanations that name what the predicates compared
+NOTHING: Clause = {"match_none": {}}
 
 
-keyword_values = _strings  # for explanations that name what the predicates compared
+def _either(should: list[Clause]) -> Clause:
+    return {"bool": {"should": should, "minimum_should_match": 1}} if should else NOTHING
 
 
-# --- TENANT: the chunk's tenant is the caller's, or the chunk is application-shared (no tenant). ---
+# --- TENANT: the chunk's tenant is one of the caller's; or it has none and the schema shares such chunks. ---
 
-def _tenant_clause(identity: Identity) -> Clause:
-    shared: list[Clause] = [
-        {"bool": {"must_not": [{"exists": {"field": TENANT_FIELD}}]}},
-        {"term": {TENANT_FIELD: ""}},
-    ]
+def _tenant_clause(identity: Identity, schema: Schema) -> Clause:
+    field = _required(schema.tenant)
+    should: list[Clause] = []
+    if schema.untenanted_shared:
+        should += [{"bool": {"must_not": [{"exists": {"field": field}}]}}, {"term": {field: ""}}]
     if identity.tenants:
-        shared.append({"terms": {TENANT_FIELD: sorted(identity.tenants)}})
-    return {"bool": {"should": shared, "minimum_should_match": 1}}
+        should.append({"terms": {field: sorted(identity.tenants)}})
+    return _either(should)
 
 
-def _tenant_allows(source: Mapping[str, Any], identity: Identity) -> bool:
-    tenant = source.get(TENANT_FIELD)
+def _tenant_allows(source: Mapping[str, Any], identity: Identity, schema: Schema) -> bool:
+    tenant = value_at(source, _required(schema.tenant))
     if tenant is None or tenant in ("", []):
-        return True
+        return schema.untenanted_shared
     if not isinstance(tenant, str):
         return False  # a multi-valued tenant is malformed: fail closed
     return tenant in identity.tenants
 
 
-# --- SUBJECT: public, or the subject is listed, or one of its groups is. No ACL = nobody. ---
+# --- SUBJECT: public, or the subject is listed, or one of its groups is. No ACL = nobody (unless the schema says
+# public_when_unset). ---
 
-def _subject_clause(identity: Identity) -> Clause:
-    should: list[Clause] = [{"term": {PUBLIC_FIELD: True}}]
-    if identity.granted_subject is not None:
-        should.append({"term": {SUBJECTS_FIELD: identity.granted_subject}})
-    if identity.groups:
-        should.append({"terms": {GROUPS_FIELD: sorted(identity.groups)}})
-    return {"bool": {"should": should, "minimum_should_match": 1}}
+def _principals(identity: Identity, schema: Schema) -> list[str]:
+    mine = [schema.subject_prefix + identity.granted_subject] if identity.granted_subject is not None else []
+    return mine + [schema.group_prefix + group for group in sorted(identity.groups)]
 
 
-def _subject_allows(source: Mapping[str, Any], identity: Identity) -> bool:
-    acl = source.get("acl")
-    if not isinstance(acl, dict | Mapping):  # dict first: the cheap check for parsed JSON
-        return False
-    if acl.get("public") is True:
+def _subject_clause(identity: Identity, schema: Schema) -> Clause:
+    should: list[Clause] = []
+    if schema.public is not None:
+        should.append({"term": {schema.public: True}})
+    if schema.subjects is not None and identity.granted_subject is not None:
+        should.append({"term": {schema.subjects: identity.granted_subject}})
+    if schema.groups is not None and identity.groups:
+        should.append({"terms": {schema.groups: sorted(identity.groups)}})
+    if schema.principals is not None and (principals := _principals(identity, schema)):
+        should.append({"terms": {schema.principals: principals}})
+    if schema.public_when_unset:
+        should.append({"bool": {"must_not": [{"exists": {"field": f}} for f in schema.acl_fields]}})
+    return _either(should)
+
+
+def _unset(value: Any) -> bool:
+    """No value the engine would index (`exists` is false): absent, null, or a list of nulls."""
+    return value is None or (isinstance(value, list) and all(v is None for v in value))
+
+
+def _subject_allows(source: Mapping[str, Any], identity: Identity, schema: Schema) -> bool:
+    if schema.public is not None and value_at(source, schema.public) is True:
         return True
-    if identity.granted_subject is not None and identity.granted_subject in _strings(acl.get("subjects")):
+    subject = identity.granted_subject
+    if schema.subjects is not None and subject is not None and subject in strings(value_at(source, schema.subjects)):
         return True
-    return not identity.groups.isdisjoint(_strings(acl.get("groups")))
+    if schema.groups is not None and not identity.groups.isdisjoint(strings(value_at(source, schema.groups))):
+        return True
+    if schema.principals is not None and not set(_principals(identity, schema)).isdisjoint(
+            strings(value_at(source, schema.principals))):
+        return True
+    return schema.public_when_unset and all(_unset(value_at(source, f)) for f in schema.acl_fields)
 
 
-_RULES: dict[Filter, tuple[Callable[[Identity], Clause], Callable[[Mapping[str, Any], Identity], bool]]] = {
+Rule = tuple[Callable[[Identity, Schema], Clause], Callable[[Mapping[str, Any], Identity, Schema], bool]]
+_RULES: dict[Filter, Rule] = {
     Filter.TENANT: (_tenant_clause, _tenant_allows),
     Filter.SUBJECT: (_subject_clause, _subject_allows),
 }
 
-# Fields an index must map for each filter to be enforceable.
-REQUIRED_MAPPING = {
-    Filter.TENANT: (TENANT_FIELD,),
-    Filter.SUBJECT: (SUBJECTS_FIELD, GROUPS_FIELD, PUBLIC_FIELD),
-}
+
+def _required(field: str | None) -> str:
+    if field is None:  # unenforceable() refuses such a filter before any clause is built
+        raise ValueError("the schema has no field for this filter")
+    return field
 
 
-def unenforceable(filters: Iterable[Filter], mapped_fields: Iterable[str]) -> list[Filter]:
-    """Filters whose fields the index does not map: such a filter cannot be enforced, so the call is refused."""
+def required_fields(rule: Filter, schema: Schema) -> tuple[str, ...]:
+    """The fields an index must map for `rule` to be enforceable under `schema` (empty: it cannot be)."""
+    if rule is Filter.TENANT:
+        return (schema.tenant,) if schema.tenant is not None else ()
+    return schema.acl_fields
+
+
+def unenforceable(filters: Iterable[Filter], mapped_fields: Iterable[str], schema: Schema = OWN) -> list[Filter]:
+    """Filters whose fields the schema lacks or the index does not map: such a filter cannot be enforced, so the
+    call is refused (a term on an unmapped field matches nothing, and `public_when_unset`'s "no ACL" would match
+    everything)."""
     mapped = set(mapped_fields)
-    return [f for f in ordered(filters) if not set(REQUIRED_MAPPING[f]) <= mapped]
+    return [f for f in ordered(filters) if not (needed := required_fields(f, schema)) or not set(needed) <= mapped]
 
 
-ACL_FIELDS = tuple(sorted({name for names in REQUIRED_MAPPING.values() for name in names}))
+def filter_fields(schema: Schema) -> tuple[str, ...]:
+    """Every field the permission rules read under `schema`."""
+    return tuple(dict.fromkeys((*((schema.tenant,) if schema.tenant else ()), *schema.acl_fields)))
 
 
 _ALL_FILTERS = tuple(Filter)
@@ -137,26 +163,28 @@ def ordered(filters: Iterable[Filter]) -> tuple[Filter, ...]:
     return tuple(f for f in _ALL_FILTERS if f in wanted)
 
 
-def permission_clauses(identity: Identity, filters: Iterable[Filter]) -> list[tuple[Filter, Clause]]:
+def permission_clauses(identity: Identity, filters: Iterable[Filter],
+                       schema: Schema = OWN) -> list[tuple[Filter, Clause]]:
     """The filter-context clauses enforcing `filters` for `identity`, each tagged with the filter it enforces."""
-    return [(f, _RULES[f][0](identity)) for f in ordered(filters)]
+    return [(f, _RULES[f][0](identity, schema)) for f in ordered(filters)]
 
 
-def visible(source: Mapping[str, Any], identity: Identity, filters: Iterable[Filter]) -> bool:
+def visible(source: Mapping[str, Any], identity: Identity, filters: Iterable[Filter], schema: Schema = OWN) -> bool:
     """The same rules as `permission_clauses`, evaluated in Python on one hit's `_source`."""
-    return all(_RULES[f][1](source, identity) for f in ordered(filters))
+    return all(_RULES[f][1](source, identity, schema) for f in ordered(filters))
 
 
 Check = Callable[[Mapping[str, Any]], bool]
 
 
-def rechecker(identity: Identity, filters: Iterable[Filter]) -> Check:
+def rechecker(identity: Identity, filters: Iterable[Filter], schema: Schema = OWN) -> Check:
     """`visible` for one identity and set of filters, resolved once per request instead of once per hit."""
     rules = [_RULES[f][1] for f in ordered(filters)]
-    return lambda source: all(rule(source, identity) for rule in rules)
+    return lambda source: all(rule(source, identity, schema) for rule in rules)
 
 
-def refusing(source: Mapping[str, Any], identity: Identity, filters: Iterable[Filter]) -> tuple[Filter, ...]:
+def refusing(source: Mapping[str, Any], identity: Identity, filters: Iterable[Filter],
+             schema: Schema = OWN) -> tuple[Filter, ...]:
     """The filters whose rule keeps this `_source` from `identity` (empty: `visible`) — the same predicates, so
     an explanation (explain.py) can never disagree with the re-check."""
-    return tuple(f for f in ordered(filters) if not _RULES[f][1](source, identity))
+    return tuple(f for f in ordered(filters) if not _RULES[f][1](source, identity, schema))

@@ -99,9 +99,20 @@ class IndexAdmin(EngineBase):
                     index=",".join(aliases), ignore_unavailable=True, request_timeout=left)
             except NotFoundError:
                 return set()
-            return {name for entry in response.values() for name in (entry.get("aliases") or {}) if name in aliases}
+            # An existing index may be named as it is, without an alias (docs/existing-index.md).
+            return {name for index, entry in response.items() for name in (index, *(entry.get("aliases") or {}))
+                    if name in aliases}
 
         return await self._call(budget, run)
+
+    async def mappings(self, index: str) -> dict[str, dict[str, Any]]:
+        """Each index behind `index` → its mapping's properties."""
+        async def run(left: float) -> dict[str, dict[str, Any]]:
+            response = await self._client.indices.get_mapping(index=index, request_timeout=left)
+            return {name: dict((body.get("mappings") or {}).get("properties") or {})
+                    for name, body in response.items()}
+
+        return await self._call(None, run)
 
     async def refresh(self, index: str) -> None:
         async def run(left: float) -> None:

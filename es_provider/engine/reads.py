@@ -130,6 +130,22 @@ class Reads(EngineBase):
 
         return await self._call(budget, run)
 
+    async def field_specs(self, index: str, fields: tuple[str, ...],
+                          budget: Budget) -> dict[str, dict[str, dict[str, Any]]]:
+        """Each index behind `index` → each of `fields` it maps → that field's mapping (type, dimension, …)."""
+
+        async def run(left: float) -> dict[str, dict[str, dict[str, Any]]]:
+            response = await self._field_mappings(index, ",".join(fields), left)
+            specs: dict[str, dict[str, dict[str, Any]]] = {}
+            for name, body in response.items():
+                mapped = specs.setdefault(name, {})
+                for full_name, spec in (body.get("mappings") or {}).items():
+                    leaf = full_name.rsplit(".", 1)[-1]
+                    mapped[full_name] = dict((spec.get("mapping") or {}).get(leaf) or {})
+            return specs
+
+        return await self._call(budget, run)
+
     async def metadata_types(self, index: str, budget: Budget) -> dict[str, str]:
         """Mapped type of every `metadata.*` field behind `index` (for translating metadata conditions)."""
 

@@ -9,6 +9,7 @@ from typing import Any
 from es_provider.config.knowledge import KnowledgeBase, RetrievalMode
 from es_provider.core.acl import Filter, Identity
 from es_provider.core.metadata import Conditions
+from es_provider.core.schema import Schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +23,11 @@ class SearchRequest:
     metadata: Conditions | None = None  # Dify metadata conditions
     mode: RetrievalMode | None = None  # None: the knowledge bases' configured mode
     candidates: int = 0  # at least this many hits from the engine (a rerank stage's depth), else topK's share
+
+    @property
+    def layout(self) -> Schema:
+        """The fields its knowledge bases' indices are read by (one schema: retrieval.py refuses a mix)."""
+        return self.knowledge[0].layout
 
 
 @dataclass(frozen=True, slots=True)

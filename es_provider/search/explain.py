@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from es_provider.core import acl
 from es_provider.core.acl import Filter, Identity
+from es_provider.core.schema import OWN, Schema, document_of, value_at
 
 Rule = Literal["tenant", "subject", "metadata", "no_match", "one_per_document", "threshold", "top_k", "visible"]
 
@@ -45,17 +46,27 @@ def _names(values: Any) -> str:
     return "[" + ", ".join(sorted(found)) + "]" if found else "none"
 
 
-def access_detail(rule: Filter, source: Mapping[str, Any], identity: Identity) -> str:
+def access_detail(rule: Filter, source: Mapping[str, Any], identity: Identity, schema: Schema = OWN) -> str:
     """What the refusing permission rule compared, in words (names and groups only, never content)."""
     if rule is Filter.TENANT:
-        tenant = source.get(acl.TENANT_FIELD)
+        tenant = value_at(source, schema.tenant) if schema.tenant else None
         asked = ", ".join(sorted(identity.tenants)) or "no tenant"
-        return f"the chunk belongs to tenant {tenant!r}; this identity reads {asked} (and chunks without a tenant)"
-    raw = source.get("acl")
-    chunk_acl: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-    subjects, groups = _names(chunk_acl.get("subjects")), _names(chunk_acl.get("groups"))
+        shared = " (and chunks without a tenant)" if schema.untenanted_shared else ""
+        return f"the chunk belongs to tenant {tenant!r}; this identity reads {asked}{shared}"
+
+    def named(field: str | None) -> str:
+        return _names(value_at(source, field)) if field is not None else "none"
+
     mine = ", ".join(sorted(identity.groups)) or "none"
     who = identity.subject_id or "(no subject)"
+    if schema.principals is not None:
+        listed = named(schema.principals)
+        subject_part = f"its principals {listed} name neither {schema.subject_prefix}{who} nor a group of this " \
+                       f"identity's [{mine}] (prefix {schema.group_prefix!r})"
+        if identity.subject_id is not None and not identity.subject_active:
+            subject_part += f"; {who} is deactivated or deleted in the directory, so its subject grants nothing"
+        return f"not public; {subject_part}"
+    subjects, groups = named(schema.subjects), named(schema.groups)
     if identity.subject_id is not None and not identity.subject_active:
         subject_part = f"{who} is deactivated or deleted in the directory, so its subject grants nothing"
     else:
@@ -75,6 +86,7 @@ def explain(
     metadata_matched: set[str] | None = None,
     query_matched: set[str] | None = None,
     one_per_document: bool = True,
+    schema: Schema = OWN,
 ) -> list[Reason]:
     """One Reason per chunk (`chunks`: hits with `_id` and `_source`). `metadata_matched`: the chunk ids the
     request's metadata condition lets through (None: no condition). `query_matched`: ids the query's text matches
@@ -88,16 +100,16 @@ def explain(
     for hit in chunks:
         chunk_id = str(hit.get("_id"))
         source = hit.get("_source") or {}
-        refused = acl.refusing(source, identity, filters)
+        refused = acl.refusing(source, identity, filters, schema)
         if refused:
             rule: Rule = "tenant" if refused[0] is Filter.TENANT else "subject"
-            reasons.append(Reason(chunk_id, rule, access_detail(refused[0], source, identity)))
+            reasons.append(Reason(chunk_id, rule, access_detail(refused[0], source, identity, schema)))
             continue
         if metadata_matched is not None and chunk_id not in metadata_matched:
             reasons.append(Reason(chunk_id, "metadata", "the request's metadata condition excludes it"))
             continue
         if chunk_id not in position:
-            document_id = source.get("document_id") if isinstance(source.get("document_id"), str) else None
+            document_id = document_of(hit, schema)
             if query_matched is not None and chunk_id not in query_matched:
                 reasons.append(Reason(chunk_id, "no_match", "the query's text matches nothing in it"))
             elif one_per_document and document_id is not None and document_id in documents_ranked:

@@ -15,6 +15,7 @@ from typing import Any
 
 from es_provider.core import acl, metadata
 from es_provider.core.acl import Filter
+from es_provider.core.schema import ID, Schema
 from es_provider.search.domain import SearchRequest
 
 # English-analysed fields always; the CJK-bigram fields only for a query that has CJK characters (on Latin text
@@ -115,8 +116,9 @@ def collapsed(body: dict[str, Any], retrieval: SearchRequest) -> dict[str, Any]:
     """One chunk per document (its best), when the request searches one knowledge base that asks for it: ten
     chunks of one article would otherwise fill a top 10 (docs/benchmarks.md "relevance"). Across several bases
     the engine would merge equal document ids of different bases, so the service dedupes those (retrieval.py)."""
-    if len(retrieval.knowledge) == 1 and retrieval.knowledge[0].one_chunk_per_document:
-        body["collapse"] = {"field": "document_id"}
+    document = retrieval.layout.document_id
+    if len(retrieval.knowledge) == 1 and retrieval.knowledge[0].one_chunk_per_document and document != ID:
+        body["collapse"] = {"field": document}  # keyword: checked against the mapping (search/layout.py)
     return body
 
 
@@ -131,26 +133,37 @@ def _size(retrieval: SearchRequest) -> int:
 def _filters(
     retrieval: SearchRequest, metadata_types: Mapping[str, str] | None
 ) -> tuple[list[dict[str, Any]], tuple[Filter, ...]]:
-    tagged = acl.permission_clauses(retrieval.identity, retrieval.filters)
+    tagged = acl.permission_clauses(retrieval.identity, retrieval.filters, retrieval.layout)
     filters: list[dict[str, Any]] = [clause for _, clause in tagged]
     if retrieval.metadata is not None:
         filters.append(metadata.translate(retrieval.metadata, metadata_types or {}))
     return filters, tuple(f for f, _ in tagged)
 
 
-def _envelope(size: int, timeout_ms: int, query: dict[str, Any]) -> dict[str, Any]:
+def source_fields(schema: Schema) -> list[str]:
+    """What a search reads of each hit's `_source`: the own layout's fields, or those an existing index's schema
+    names (never the whole document, whose other fields nobody asked to serve)."""
+    return SOURCE_FIELDS if schema.own else list(schema.fields)
+
+
+def _envelope(size: int, timeout_ms: int, query: dict[str, Any], schema: Schema) -> dict[str, Any]:
     return {
         "size": size,
         "timeout": f"{max(1, timeout_ms)}ms",
         "track_total_hits": False,
-        "_source": SOURCE_FIELDS,
+        "_source": source_fields(schema),
         "query": query,
     }
 
 
 def text_clause(retrieval: SearchRequest) -> dict[str, Any]:
-    """The scored part of the BM25 query (what `must` holds): the text, with the context beside it."""
+    """The scored part of the BM25 query (what `must` holds): the text, with the context beside it; on an existing
+    index, its schema's text fields and title, as they are analysed there."""
     query_text = bounded_text(retrieval.query)
+    schema = retrieval.layout
+    if not schema.own:
+        fields = [*schema.text, *((schema.title,) if schema.title and schema.title not in schema.text else ())]
+        return {"multi_match": {"query": query_text, "fields": fields, "type": "best_fields", "tie_breaker": 0.5}}
     languages = frozenset(language for kb in retrieval.knowledge for language in kb.languages)
     text = {
         "multi_match": {
@@ -180,13 +193,13 @@ def _bm25_query(retrieval: SearchRequest, filters: list[dict[str, Any]]) -> dict
     return {"bool": {"must": [text_clause(retrieval)], "filter": filters}}
 
 
-def _knn_query(vector: Sequence[float], k: int, filters: list[dict[str, Any]]) -> dict[str, Any]:
+def _knn_query(vector: Sequence[float], k: int, filters: list[dict[str, Any]], field: str) -> dict[str, Any]:
     knn: dict[str, Any] = {"vector": list(vector), "k": k}
     if filters:
         # Inside the kNN query the filter restricts the graph search itself (Lucene efficient filtering), so a
         # user who may read 1 % of the chunks still gets k of them; the same filter outside is belt and braces.
         knn["filter"] = {"bool": {"filter": filters}}
-    return {"bool": {"must": [{"knn": {VECTOR_FIELD: knn}}], "filter": filters}}
+    return {"bool": {"must": [{"knn": {field: knn}}], "filter": filters}}
 
 
 def build_search(
@@ -194,7 +207,7 @@ def build_search(
 ) -> SearchPlan:
     """BM25: one bool query, the text in `must`, every permission and metadata clause in `filter`."""
     filters, applied = _filters(retrieval, metadata_types)
-    body = _envelope(_size(retrieval), timeout_ms, _bm25_query(retrieval, filters))
+    body = _envelope(_size(retrieval), timeout_ms, _bm25_query(retrieval, filters), retrieval.layout)
     return SearchPlan(bodies=(collapsed(body, retrieval),), applied_filters=applied)
 
 
@@ -208,7 +221,8 @@ def build_knn(
     """Vector: the k nearest chunks among those the filters allow."""
     filters, applied = _filters(retrieval, metadata_types)
     size = _size(retrieval)
-    body = collapsed(_envelope(size, timeout_ms, _knn_query(vector, _neighbours(size), filters)), retrieval)
+    body = collapsed(_envelope(size, timeout_ms, _knn_query(vector, _neighbours(size), filters, _vector(retrieval)),
+                               retrieval.layout), retrieval)
     return SearchPlan(bodies=(body,), applied_filters=applied)
 
 
@@ -223,9 +237,17 @@ def build_hybrid(
     """Hybrid: the BM25 and the kNN search, each with the same filters, run together in one _msearch."""
     filters, applied = _filters(retrieval, metadata_types)
     size = min(MAX_CANDIDATES, max(depth, _size(retrieval)))
-    bm25 = collapsed(_envelope(size, timeout_ms, _bm25_query(retrieval, filters)), retrieval)
-    knn = collapsed(_envelope(size, timeout_ms, _knn_query(vector, _neighbours(size), filters)), retrieval)
+    bm25 = collapsed(_envelope(size, timeout_ms, _bm25_query(retrieval, filters), retrieval.layout), retrieval)
+    knn = collapsed(_envelope(size, timeout_ms, _knn_query(vector, _neighbours(size), filters, _vector(retrieval)),
+                              retrieval.layout), retrieval)
     return SearchPlan(bodies=(bm25, knn), applied_filters=applied)
+
+
+def _vector(retrieval: SearchRequest) -> str:
+    field = retrieval.layout.vector
+    if field is None:  # the configuration refuses vector retrieval without a vector field
+        raise ValueError("the knowledge base's schema has no vector field")
+    return field
 
 
 def _neighbours(size: int) -> int:

@@ -10,26 +10,27 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from es_provider.config.knowledge import RetrievalMode, ScoringSettings
+from es_provider.config.knowledge import KnowledgeBase, RetrievalMode, ScoringSettings
 from es_provider.core import acl, metadata
 from es_provider.core.calibration import calibrate, calibrate_leg, fuse
 from es_provider.core.deadline import Budget
 from es_provider.core.errors import ErrorCode, KnowledgeError, forbidden, protocol_error
 from es_provider.core.metadata import Conditions
 from es_provider.core.naming import alias_of_index
+from es_provider.core.schema import OWN, Schema
 from es_provider.engine.client import Engine
+from es_provider.search import layout
 from es_provider.search.domain import Chunk, SearchRequest, SearchResult
 from es_provider.search.embedders import Embedder
 from es_provider.search.hits import MalformedHit, to_chunk
 from es_provider.search.query import (
-    SOURCE_FIELDS,
-    VECTOR_FIELD,
     SearchPlan,
     bounded_text,
     build_hybrid,
     build_knn,
     build_search,
     query_terms,
+    source_fields,
 )
 from es_provider.search.rerank import Reranker, Stage
 
@@ -43,7 +44,10 @@ V = TypeVar("V")
 def resolve_mode(retrieval: SearchRequest) -> tuple[RetrievalMode, str | None]:
     """The retrieval mode and embedder for a request: the one asked for, or the one its knowledge bases share.
 
-    Never a silent fallback: a mode the knowledge bases cannot serve is refused."""
+    Never a silent fallback: a mode the knowledge bases cannot serve is refused. Nor are an existing index and
+    another knowledge base searched together: one query reads one schema's fields."""
+    if len(retrieval.knowledge) > 1 and any(kb.existing for kb in retrieval.knowledge):
+        raise protocol_error("an existing index's knowledge base is searched on its own; search them separately")
     modes = {kb.retrieval for kb in retrieval.knowledge}
     if retrieval.mode is not None:
         mode = retrieval.mode
@@ -101,7 +105,8 @@ async def run_search(
 ) -> SearchResult:
     """With `rerank`, every chunk that passed the re-check goes to the rerank stage, and the score threshold and the
     cut to topK apply to its order and scores (or to the first-stage ones it fell back to)."""
-    if mapped is not None and (cannot := acl.unenforceable(retrieval.filters, mapped)):
+    schema = retrieval.layout
+    if mapped is not None and (cannot := acl.unenforceable(retrieval.filters, mapped, schema)):
         # E.g. an index without ACL fields: refuse rather than answer unfiltered content.
         raise forbidden(detail=f"index cannot enforce {[f.value for f in cannot]}")
     plan = _plan(retrieval, mode, vector, depth=scoring.fusion_depth,
@@ -122,7 +127,7 @@ async def run_search(
     dropped = 0
     seen: set[tuple[str, str]] = set()  # (knowledge base, document) already answered, for one_chunk_per_document
     terms = 1 if mode == "vector" else query_terms(retrieval.query)  # only a BM25 leg is divided by it
-    allowed = acl.rechecker(retrieval.identity, plan.applied_filters)
+    allowed = acl.rechecker(retrieval.identity, plan.applied_filters, schema)
     for hit, score in scored_hits(mode, responses, scoring, terms=terms):
         source = hit.get("_source") or {}
         if not allowed(source):
@@ -139,7 +144,7 @@ async def run_search(
             log.error("hit from an index outside the request", extra={"index": hit.get("_index")})
             continue
         try:
-            chunk = to_chunk(hit, knowledge_id=kb.id, score=score)
+            chunk = to_chunk(hit, knowledge_id=kb.id, score=score, schema=schema)
         except MalformedHit as exc:
             log.error("skipped malformed chunk: %s", exc, extra={"chunk_id": hit.get("_id")})
             continue
@@ -212,15 +217,32 @@ class Retriever:
         self._scoring = scoring
         self._embedders = dict(embedders or {})
         self._mapped: TtlCache[str, set[str]] = TtlCache(mapping_ttl_s)
+        self._layouts: TtlCache[str, list[str]] = TtlCache(mapping_ttl_s)  # an existing index's problems, by alias
         # Short-lived: a metadata key first written by an ingest becomes filterable within seconds.
         self._metadata: TtlCache[str, dict[str, str]] = TtlCache(min(mapping_ttl_s, 5.0))
 
-    async def _mapped_fields(self, index: str, budget: Budget) -> set[str]:
+    async def _mapped_fields(self, index: str, schema: Schema, budget: Budget) -> set[str]:
         fields = self._mapped.get(index)
         if fields is None:
-            fields = await self._engine.mapped_fields(index, (*acl.ACL_FIELDS, VECTOR_FIELD), budget)
+            wanted = (*acl.filter_fields(schema), *((schema.vector,) if schema.vector else ()))
+            fields = await self._engine.mapped_fields(index, wanted, budget)
             self._mapped.put(index, fields)
         return fields
+
+    async def layout_problems(self, kb: KnowledgeBase, budget: Budget) -> list[str]:
+        """What keeps an existing index from being served under its schema (layout.py), read from the live mapping
+        of every index behind its alias at most once per `mapping_ttl_s`; none for the service's own indices."""
+        if not kb.existing:
+            return []
+        found = self._layouts.get(kb.alias)
+        if found is None:
+            embedder = self._embedders.get(kb.embedder) if kb.embedder else None
+            specs = await self._engine.field_specs(kb.alias, layout.checked_fields(kb.layout), budget)
+            found = layout.problems(kb.layout, specs, embedder.dimensions if embedder is not None else None)
+            if found:
+                log.error("knowledge base %s cannot be served: %s", kb.id, "; ".join(found))
+            self._layouts.put(kb.alias, found)
+        return found
 
     async def _metadata_types(self, index: str, budget: Budget) -> dict[str, str]:
         types = self._metadata.get(index)
@@ -248,12 +270,17 @@ class Retriever:
 
     async def search(self, retrieval: SearchRequest, budget: Budget) -> SearchResult:
         mode, embedder_name = resolve_mode(retrieval)
+        for kb in retrieval.knowledge:
+            if found := await self.layout_problems(kb, budget):
+                raise KnowledgeError(ErrorCode.UNAVAILABLE,
+                                     detail=f"knowledge base {kb.id} cannot be served: {found[0]}")
         index = ",".join(kb.alias for kb in retrieval.knowledge)
-        mapped = await self._mapped_fields(index, budget) if retrieval.filters or embedder_name else None
-        if embedder_name is not None and mapped is not None and VECTOR_FIELD not in mapped:
+        schema = retrieval.layout
+        mapped = await self._mapped_fields(index, schema, budget) if retrieval.filters or embedder_name else None
+        if embedder_name is not None and mapped is not None and schema.vector not in mapped:
             # Configured for vectors but indexed without them: refuse rather than quietly answer with BM25.
-            raise KnowledgeError(ErrorCode.UNAVAILABLE,
-                                 detail=f"{index} has no {VECTOR_FIELD} field; run `es-provider kb reindex`")
+            fix = "; run `es-provider kb reindex`" if schema.own else ""
+            raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{index} has no {schema.vector} field{fix}")
         types = await self._metadata_types(index, budget) if retrieval.metadata is not None else None
         vector = await self._query_vector(embedder_name, retrieval.query, budget) if embedder_name else None
         rerank = None
@@ -270,10 +297,10 @@ class Retriever:
 
     # --- for the workbench's "why not?" (operator view: no permission filter here; acl.py judges the chunks) ---
 
-    async def stored_chunks(self, alias: str, which: dict[str, Any], limit: int,
-                            budget: Budget) -> list[dict[str, Any]]:
+    async def stored_chunks(self, alias: str, which: dict[str, Any], limit: int, budget: Budget, *,
+                            schema: Schema = OWN) -> list[dict[str, Any]]:
         """The stored chunks (`_id`, `_source`) that `which` selects, unranked."""
-        found = await self._engine.search(alias, {"size": limit, "_source": list(SOURCE_FIELDS),
+        found = await self._engine.search(alias, {"size": limit, "_source": source_fields(schema),
                                                   "query": {"bool": {"filter": [which]}}}, budget)
         hits: list[dict[str, Any]] = found.get("hits", {}).get("hits", [])
         return hits

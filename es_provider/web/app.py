@@ -75,12 +75,15 @@ async def readyz(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     reasons: dict[str, str] = {}
     missing: list[str] = []
+    unservable: list[str] = []
     budget = fixed_budget(int(services.settings.opensearch.timeout_s * 1000), now_monotonic=time.monotonic())
     try:
         await engine.flavor(budget)  # `GET /` once: a user refused it (cluster:monitor/main) is not ready
         for kb in services.settings.knowledge:
             if not await engine.searchable(kb.alias, budget):
                 missing.append(kb.id)
+            elif await services.retriever.layout_problems(kb, budget):  # an existing index (the log names why)
+                unservable.append(kb.id)
     except KnowledgeError as exc:
         # The log has the whole detail; the unauthenticated body only its first clause (no hosts or user names).
         log.warning("not ready: %s", exc.detail)
@@ -92,6 +95,8 @@ async def readyz(request: web.Request) -> web.Response:
         if problems := await keeper.ready():
             why = "; ".join(f"{index} ({_first_clause(reason)})" for index, reason in problems.items())
             reasons["own_indices"] = f"missing and not made: {why}; run `es-provider prepare`"
+    if unservable:
+        reasons["schema"] = f"existing indices that do not match their schema: {', '.join(unservable)}"
     recorder = request.app.get(RECORDER)
     if recorder is not None and recorder.refusing():
         reasons["access_record"] = "a sink is down or its queue is full: answers are refused"
@@ -217,6 +222,12 @@ def log_exposure(settings: Settings) -> None:
         if kb.open_to_keys:
             log.warning("knowledge base %s is open_to_keys: API keys read every tenant's chunks%s", kb.id,
                         "" if Filter.SUBJECT in kb.mandatory_filters else " (and no SUBJECT filter applies)")
+        if kb.public_when_unset:
+            log.warning("knowledge base %s is public_when_unset: its documents without any ACL value are read by "
+                        "everyone", kb.id)
+        if kb.existing:
+            log.info("knowledge base %s serves the existing index %s read-only (schema %s)", kb.id, kb.alias,
+                     kb.schema_name)
         if not kb.mandatory_filters:
             log.warning("knowledge base %s has no mandatory_filters: SparkTide callbacks are filtered only by the "
                         "filters each request asks for (API keys still read within their tenants)", kb.id)

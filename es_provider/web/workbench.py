@@ -29,6 +29,7 @@ from es_provider.config.knowledge import KnowledgeBase, RetrievalMode
 from es_provider.core import metadata
 from es_provider.core.acl import Identity
 from es_provider.core.errors import KnowledgeError, protocol_error
+from es_provider.core.schema import document_clause
 from es_provider.core.strictjson import StrictModel
 from es_provider.edge import kit
 from es_provider.edge.service import SERVICES, Services
@@ -194,8 +195,9 @@ async def why(request: web.Request) -> web.Response:
     budget = kit.default_budget(services)
     async with services.admission.slot("workbench"), services.admission.costly(metadata.costly(wanted.metadata),
                                                                                   budget):
-        which = {"term": {"document_id": ask.document_id}} if ask.document_id else {"ids": {"values": [ask.chunk_id]}}
-        chunks = await retriever.stored_chunks(kb.alias, which, MAX_DOCUMENT_CHUNKS, budget)
+        schema = kb.layout
+        which = document_clause(schema, ask.document_id) if ask.document_id else {"ids": {"values": [ask.chunk_id]}}
+        chunks = await retriever.stored_chunks(kb.alias, which, MAX_DOCUMENT_CHUNKS, budget, schema=schema)
         ids = [str(hit.get("_id")) for hit in chunks]
         # The very search the protocol runs (the threshold is applied in Python, after it): its ranked selection
         # is the candidates, in order, that the threshold and the topK cut choose from.
@@ -217,7 +219,7 @@ async def why(request: web.Request) -> web.Response:
         chunks, identity, result.applied_filters,
         explain.Ranking(ranked, top_k=wanted.top_k, threshold=wanted.score_threshold),
         metadata_matched=metadata_matched, query_matched=query_matched,
-        one_per_document=kb.one_chunk_per_document)
+        one_per_document=kb.one_chunk_per_document, schema=kb.layout)
     return login.json_answer({
         "identity": _identity_json(identity), "protocol": ask.protocol, "found": len(chunks),
         "truncated": len(chunks) >= MAX_DOCUMENT_CHUNKS,

@@ -31,7 +31,7 @@ def test_every_field_of_every_section_has_a_description_and_a_row() -> None:
         for name, field in model.model_fields.items():
             assert field.description, f"{model.__name__}.{name} has no docstring"
             if model is not Settings:
-                assert f"| `{name}` |" in page, f"{model.__name__}.{name} is not in the reference"
+                assert f"| `{field.alias or name}` |" in page, f"{model.__name__}.{name} is not in the reference"
 
 
 def test_a_section_shows_type_default_constraints_and_cross_field_rules() -> None:

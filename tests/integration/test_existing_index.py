@@ -78,14 +78,18 @@ async def _index(engine: Any, e5: Any, mapping: dict[str, Any]) -> str:
     name = f"corp-docs-{uuid.uuid4().hex[:10]}"
     await engine.create_index(name, {"settings": {"index": {"knn": True, "number_of_replicas": 0}},
                                      "mappings": mapping})
-    docs = corpus()
-    vectors = await e5.passages([d["body"] for d in docs])
-    lines = []
-    for doc, vector in zip(docs, vectors, strict=True):
-        source = {k: v for k, v in doc.items() if k in mapping["properties"]}
-        lines += [{"index": {"_index": name, "_id": doc["_id"]}}, {**source, "vec": list(vector)}]
-    response = await engine._client.bulk(body=lines, refresh=True)
-    assert not response["errors"], response
+    try:
+        docs = corpus()
+        vectors = await e5.passages([d["body"] for d in docs])
+        lines = []
+        for doc, vector in zip(docs, vectors, strict=True):
+            source = {k: v for k, v in doc.items() if k in mapping["properties"]}
+            lines += [{"index": {"_index": name, "_id": doc["_id"]}}, {**source, "vec": list(vector)}]
+        response = await engine._client.bulk(body=lines, refresh=True)
+        assert not response["errors"], response
+    except BaseException:
+        await engine.delete_index(name)  # never left behind in the node's data
+        raise
     return name
 
 

@@ -139,6 +139,12 @@ async def test_every_protocol_answers_the_oracle_over_a_custom_map(corp: str, cl
                 {"name": "acting_subject", "comparison_operator": "is", "value": subject}]}}))
         assert dify.status == 200, await dify.text()
         assert {r["metadata"]["document_id"] for r in (await dify.json())["records"]} == wanted, (subject, tenant)
+        conditioned = await client.post("/retrieval", headers=bearer(token), data=json.dumps({
+            "knowledge_id": "corp", "query": "alpha budget", "retrieval_setting": {"top_k": 10, "score_threshold": 0},
+            "metadata_condition": {"logical_operator": "and", "conditions": [
+                {"name": "acting_subject", "comparison_operator": "is", "value": subject},
+                {"name": "year", "comparison_operator": "=", "value": "2020"}]}}))
+        assert conditioned.status == 400 and "records" not in await conditioned.json()  # not yet: refused, not empty
         for mode in ("vector", "hybrid"):
             agentarts = await client.post("/knowledge-bases/retrieve", headers=bearer(token), data=json.dumps({
                 "knowledge_base_ids": ["corp"], "query": "installation notes", "method": "doc", "top_k": 10,

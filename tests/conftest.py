@@ -319,9 +319,10 @@ TIMING = (
 # in vector and hybrid, the permission oracles), the core-API and by-query write paths (core writes, ingest,
 # --sync's removal, reindex, the principal store's conditional writes, the access record's bulk creates and its
 # searches), analyzers and scores (SparkTide answers, Dify's threshold), mappings (metadata filters, indices made
-# before a field existed, an index that cannot enforce a filter) and the cost of pattern searches. What runs above
-# the engine (refusals, credentials, deadlines through a proxy, readers, the CLI's arguments, AgentArts, the
-# workbench, SCIM) runs once, on OpenSearch. A module path ending in "::" takes the whole module.
+# before a field existed, an index that cannot enforce a filter, indices the tools built) and the cost of pattern
+# searches. What runs above the engine (refusals, credentials, deadlines through a proxy, readers, the CLI's
+# arguments, AgentArts, the workbench, SCIM) runs once, on OpenSearch. A module path ending in "::" takes the whole
+# module.
 ENGINES = (
     "tests/integration/test_walking_skeleton.py::",
     "tests/integration/test_core_writes.py::",
@@ -332,6 +333,7 @@ ENGINES = (
     "tests/integration/test_reliability_reindex.py::",
     "tests/integration/test_principal_store.py::",
     "tests/integration/test_elastic_api_key.py::",
+    "tests/integration/test_tool_indices.py::",
     *(f"tests/integration/test_sparktide_answers.py::{name}" for name in (
         "test_each_identity_gets_exactly_the_oracle_set", "test_trusted_context_and_query_text_never_change_filters",
         "test_recheck_drops_mismatches_before_cutting_to_top_k", "test_applied_filters_follow_the_built_query",

@@ -20,6 +20,8 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
     from es_provider.search.rerank import Reranker, RerankFault
 
     weights = args.weight or [1.0] * len(args.kb)
+    if args.for_kb and len(set(args.kb)) != 1:
+        return fail("--for-kb fits one knowledge base's own mappings: give one --kb", EXIT_USAGE)
     if not (len(args.kb) == len(args.queries) == len(args.qrels) == len(weights)):
         return fail("give --kb, --queries and --qrels (and --weight, if any) once per judged set, in the same order",
                     EXIT_USAGE)
@@ -38,7 +40,8 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
                 reranks = reranker is not None and settings.reranks({kb.id}, "bm25")
                 async with embedders.opened(settings, kb, os.environ) as embedder:
                     try:
-                        await calibrate.collect(engine, kb, judged, embedder, depth=settings.scoring.fusion_depth,
+                        depth = (kb.scoring or settings.scoring).fusion_depth
+                        await calibrate.collect(engine, kb, judged, embedder, depth=depth,
                                                 reranker=reranker if reranks else None)
                     except RerankFault as fault:
                         return fail(f"the reranker failed ({fault.reason}: {fault.detail})")
@@ -50,7 +53,7 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
         fitted = calibrate.fit_all([judged for _, judged in sets])
         if fitted.hybrid_ndcg:
             print(f"hybrid nDCG@10 by BM25 share: {fitted.hybrid_ndcg}", file=sys.stderr)
-        print(fitted.toml(), end="")
+        print(fitted.toml("knowledge.scoring" if args.for_kb else "scoring"), end="")
         return 0
 
     return asyncio.run(with_engine(settings, work))
@@ -64,4 +67,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     calibrate.add_argument("--qrels", action="append", required=True, help="its judgments TSV (header line first)")
     calibrate.add_argument("--weight", action="append", type=float,
                            help="its share of the fit (default: every set counts equally, whatever its size)")
+    calibrate.add_argument("--for-kb", action="store_true",
+                           help="print [knowledge.scoring.*]: that knowledge base's own mappings (paste them under "
+                                "its [[knowledge]] block), not the service-wide [scoring.*]")
     calibrate.set_defaults(run=cmd_calibrate)

@@ -224,6 +224,13 @@ class KnowledgeBase(ConfigModel):
     public_when_unset: bool = False
     """An existing index's document without any ACL value: readable by nobody (false) or by everyone (true, as
     Elastic's own filter reads connectors' indices; logged at every start)."""
+    passage_chars: int = Field(default=16384, ge=200, le=16384)
+    """A text longer than this (an existing index's whole document) is answered as its passage of this many
+    characters where the query's words are densest; at most SparkTide's 16,384 an item."""
+    scoring: ScoringSettings | None = None
+    """`[knowledge.scoring]`: this knowledge base's own score mappings, in place of `[scoring]` (an existing index's
+    scores are not the service's own chunks'): `es-provider calibrate --kb ID --for-kb` prints them from its judged
+    queries. A search over several knowledge bases uses `[scoring]` unless all of them have the same."""
 
     @cached_property
     def layout(self) -> Schema:

@@ -15,10 +15,11 @@ PRESETS: dict[str, Schema] = {
     "es-provider": OWN,
     # elastic/connectors: content documents keep their id as `_id` (es/sink.py), their text in `body`, and
     # document-level security in `_allow_access_control`, a list of prefixed identities (access_control.py's
-    # prefix_identity: user:…, group:…, email:…).
+    # prefix_identity: user:…, group:…, email:…). Their content index maps every string as text with a keyword
+    # `enum` sub-field (es/settings.py's TEXT_FIELD_MAPPING): the filter matches that sub-field.
     "elastic-connectors": Schema(
         name="elastic-connectors", text=("body",), title="title", document_id=ID, chunk_id=ID, tenant=None,
-        subjects=None, groups=None, public=None, principals="_allow_access_control.keyword", uri="url",
+        subjects=None, groups=None, public=None, principals="_allow_access_control.enum", uri="url",
     ),
     # langchain-community OpenSearchVectorSearch (vectorstores/opensearch_vector_search.py) and
     # langchain-elasticsearch ElasticsearchStore: `text`, one `metadata` object (its loaders' `source`, `page`),

@@ -136,9 +136,11 @@ class Fitted:
     rerank: Logistic | None = None
     hybrid_bm25: Logistic | None = None
 
-    def toml(self) -> str:
+    def toml(self, table: str = "scoring") -> str:
+        """The fitted tables under `table` (`scoring`, or `knowledge.scoring` for one knowledge base's own)."""
+
         def section(name: str, m: Logistic) -> str:
-            return (f"[scoring.{name}]\nintercept = {m.intercept:.4f}\nlog_score = {m.log_score:.4f}\n"
+            return (f"[{table}.{name}]\nintercept = {m.intercept:.4f}\nlog_score = {m.log_score:.4f}\n"
                     f"relative = {m.relative:.4f}\nlog_rank = {m.log_rank:.4f}\nlead = {m.lead:.4f}\n")
 
         parts = [section("bm25", self.bm25)]
@@ -149,7 +151,7 @@ class Fitted:
             parts.append(section("rerank", self.rerank))
         text = "\n".join(parts)
         if self.hybrid_weight is not None:
-            text = f"[scoring]\nhybrid_weight = {self.hybrid_weight}\n\n" + text
+            text = f"[{table}]\nhybrid_weight = {self.hybrid_weight}\n\n" + text
         return text
 
 

@@ -28,12 +28,16 @@ def problems(schema: Schema, specs: Mapping[str, Mapping[str, Mapping[str, Any]]
     if not specs:
         return ["no index behind the alias"]
     keyword = set(schema.keyword_fields)
+    # Where a document was found (title, URI, page, locator) only decorates an answer: an index without one (a
+    # LangChain loader that set no page) answers without it. Every other field it lacks is a refusal.
+    optional = {schema.title, schema.uri, schema.page, schema.locator} - {*schema.text, *keyword}
     found: list[str] = []
     for index, fields in sorted(specs.items()):
         for field in checked_fields(schema):
             spec = fields.get(field)
             if spec is None:
-                found.append(f"index {index} maps no field {field}")
+                if field not in optional:
+                    found.append(f"index {index} maps no field {field}")
                 continue
             kind = spec.get("type")
             if field in keyword and kind not in KEYWORD_TYPES:

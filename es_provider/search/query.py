@@ -67,11 +67,16 @@ _STOP_WORDS = frozenset({
 
 
 @lru_cache(maxsize=256)
+def query_units(text: str) -> list[str]:
+    """The (bounded) query's units that can match: lowercased words and CJK characters, less English stop words."""
+    units = (m.group().lower() for m in _UNIT.finditer(bounded_text(text)))
+    return [unit for unit in units if unit not in _STOP_WORDS and (unit.isalnum() or _CJK.match(unit))]
+
+
 def query_terms(text: str) -> int:
     """How many terms of the (bounded) query can contribute to a BM25 score: its units less English stop words,
     at least 1. A raw BM25 score grows with this count; calibration.py divides by it."""
-    units = (m.group().lower() for m in _UNIT.finditer(bounded_text(text)))
-    return max(1, sum(1 for unit in units if unit not in _STOP_WORDS and (unit.isalnum() or _CJK.match(unit))))
+    return max(1, len(query_units(text)))
 
 
 # The fields each language's analysis writes (admin.for_languages builds the mapping from the same lists).

@@ -23,6 +23,7 @@ from es_provider.search import layout
 from es_provider.search.domain import Chunk, SearchRequest, SearchResult
 from es_provider.search.embedders import Embedder
 from es_provider.search.hits import MalformedHit, to_chunk
+from es_provider.search.passage import passage
 from es_provider.search.query import (
     SearchPlan,
     bounded_text,
@@ -63,6 +64,13 @@ def resolve_mode(retrieval: SearchRequest) -> tuple[RetrievalMode, str | None]:
     if len(embedders) != 1:
         raise protocol_error("the knowledge bases use different embedders; search them separately")
     return mode, next(iter(embedders))
+
+
+def scoring_of(knowledge: Sequence[KnowledgeBase], default: ScoringSettings) -> ScoringSettings:
+    """The score mappings of a search: its knowledge bases' own `[knowledge.scoring]` when they all have the same,
+    else `[scoring]` (scores of differently calibrated bases are not comparable under either)."""
+    own = {kb.scoring for kb in knowledge}
+    return next(iter(own)) or default if len(own) == 1 else default
 
 
 def scored_hits(
@@ -148,6 +156,8 @@ async def run_search(
         except MalformedHit as exc:
             log.error("skipped malformed chunk: %s", exc, extra={"chunk_id": hit.get("_id")})
             continue
+        if len(chunk.content) > kb.passage_chars:  # a whole document: the part of it that answers
+            chunk = dataclasses.replace(chunk, content=passage(chunk.content, retrieval.query, kb.passage_chars))
         if rerank is None and below(chunk, retrieval.score_threshold):
             continue
         if kb.one_chunk_per_document:
@@ -292,8 +302,8 @@ class Retriever:
             rerank = self._rerank
             retrieval = dataclasses.replace(retrieval, candidates=self._rerank.reranker.settings.candidates)
         result = await run_search(
-            self._engine, retrieval, budget, scoring=self._scoring, mode=mode, vector=vector, mapped=mapped,
-            metadata_types=types, rerank=rerank,
+            self._engine, retrieval, budget, scoring=scoring_of(retrieval.knowledge, self._scoring), mode=mode,
+            vector=vector, mapped=mapped, metadata_types=types, rerank=rerank,
         )
         if result.dropped and self._on_dropped is not None:
             self._on_dropped(result.dropped)

@@ -174,3 +174,30 @@ def test_sets_with_and_without_vectors_and_a_rerank_mode_fit_together() -> None:
     assert scoring.rerank.logistic().probability(0.9, 0.9, 1, 0.4) > 0.9
     assert scoring.rerank.logistic().probability(0.5, 0.9, 2, 0.4) < 0.1
     assert "[scoring.rerank]" not in fit_all([plain]).toml()
+
+
+def test_calibrate_for_one_knowledge_base_prints_its_own_tables() -> None:
+    fitted = fit_all([_judged_set(6)])
+    text = fitted.toml("knowledge.scoring")
+    assert "[scoring" not in text.replace("[knowledge.scoring", "")
+    own = tomllib.loads('[[knowledge]]\nid = "x"\n' + text)["knowledge"][0]["scoring"]
+    assert ScoringSettings.model_validate(own).bm25.log_score == pytest.approx(fitted.bm25.log_score, abs=1e-4)
+
+
+OWN_SCORING = ScoringSettings(hybrid_weight=0.3)
+
+
+@pytest.mark.parametrize(("scorings", "expected"), [
+    ([None], ScoringSettings()),
+    ([OWN_SCORING], OWN_SCORING),
+    ([OWN_SCORING, OWN_SCORING], OWN_SCORING),  # several bases, all calibrated alike
+    ([OWN_SCORING, None], ScoringSettings()),  # not comparable: the service-wide mappings
+    ([OWN_SCORING, ScoringSettings(hybrid_weight=0.4)], ScoringSettings()),
+])
+def test_a_search_uses_its_knowledge_bases_own_scoring_when_they_share_it(scorings: list, expected: object) -> None:
+    from helpers.setup import new_kb
+
+    from es_provider.search.retrieval import scoring_of
+
+    bases = [new_kb(id=f"kb-{n}", scoring=scoring) for n, scoring in enumerate(scorings)]
+    assert scoring_of(bases, ScoringSettings()) == expected

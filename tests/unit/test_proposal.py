@@ -24,7 +24,9 @@ LANGCHAIN = {"text": DYNAMIC, "vector_field": {"type": "knn_vector", "dimension"
                                          "tenant_id": DYNAMIC}}}
 LANGCHAIN_SAMPLE = [{"text": "chunk text " * 30, "metadata": {"source": "a.pdf", "page": 3, "groups": ["eng"],
                                                               "tenant_id": "t"}}]
-CONNECTORS = {"title": DYNAMIC, "body": DYNAMIC, "url": DYNAMIC, "id": KW, "_allow_access_control": DYNAMIC,
+# Elastic connectors' content index: strings are text with a keyword `enum` sub-field (connectors/es/settings.py).
+ENUM = {"type": "text", "fields": {"enum": {"type": "keyword", "ignore_above": 2048}}}
+CONNECTORS = {"title": ENUM, "body": ENUM, "url": ENUM, "id": KW, "_allow_access_control": ENUM,
               "_timestamp": {"type": "date"}}
 CONNECTORS_SAMPLE = [{"title": "Page", "body": "confluence page body " * 30, "url": "https://wiki",
                       "_allow_access_control": ["user:a"], "_timestamp": "2026-01-01"}]
@@ -44,7 +46,7 @@ def test_flatten_keeps_objects_paths_and_keyword_sub_fields() -> None:
                                    "groups": "metadata.groups.keyword", "uri": "metadata.source",
                                    "page": "metadata.page", "vector": "vector_field"}, ["document_id"]),
     (CONNECTORS, CONNECTORS_SAMPLE, {"text": ["body", "title"], "title": "title", "document_id": "_id",
-                                     "principals": "_allow_access_control.keyword", "uri": "url",
+                                     "principals": "_allow_access_control.enum", "uri": "url",
                                      "metadata": ["_timestamp"]}, ["document_id"]),
     ({"content": {"type": "text"}}, [{"content": "x"}], {"text": ["content"], "document_id": "_id"},
      ["document_id", "ACL"]),

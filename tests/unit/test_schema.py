@@ -143,7 +143,7 @@ def test_fail_closed_rules(name: str, schema: Schema, source: dict, identity: Id
 
 
 def test_a_filter_without_its_field_is_unenforceable() -> None:
-    assert acl.unenforceable([Filter.TENANT, Filter.SUBJECT], {"_allow_access_control.keyword"}, CONNECTORS) == [
+    assert acl.unenforceable([Filter.TENANT, Filter.SUBJECT], {"_allow_access_control.enum"}, CONNECTORS) == [
         Filter.TENANT]
     assert acl.unenforceable([Filter.SUBJECT], set(), CONNECTORS) == [Filter.SUBJECT]
     assert acl.unenforceable([Filter.SUBJECT], {"owner", "allowed_groups"}, CORP) == []
@@ -259,6 +259,8 @@ SPECS = {"corp-docs-1": {"body": {"type": "text"}, "heading": {"type": "text"}, 
                                                  "values (its keyword sub-field, e.g. allowed_groups.keyword, can be "
                                                  "named instead)"]),
     ({"tenant": None}, 384, ["index corp-docs-1 maps no field tenant"]),
+    ({"page": None, "url": None}, 384, []),  # where a document was found only decorates an answer
+    ({"doc_id": None}, 384, ["index corp-docs-1 maps no field doc_id"]),
     ({"vec": {"type": "knn_vector", "dimension": 768}}, 384,
      ["field vec has 768 dimensions in index corp-docs-1; the knowledge base's embedder makes 384"]),
     ({"vec": {"type": "float"}}, 384, ["field vec is float in index corp-docs-1, not a vector"]),

@@ -31,7 +31,8 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
             texts, judgments = calibrate.load_judgments(Path(queries), Path(qrels))
         except (OSError, ValueError, KeyError) as exc:
             return fail(f"judgments: {exc}")
-        sets.append((find_kb(settings, kb_id), calibrate.Judged(texts, judgments, weight=weight)))
+        kb = find_kb(settings, kb_id)
+        sets.append((kb, calibrate.Judged(texts, judgments, weight=weight, schema=kb.layout)))
 
     async def work(engine: Engine) -> int:
         reranker = Reranker(settings.rerank, os.environ) if settings.rerank is not None else None

@@ -11,7 +11,7 @@ reranker's scores of the BM25 top `candidates` hits. Each set counts by its `--w
 whatever its number of queries, so that one big set does not decide alone.
 
 Judgments: BEIR layout, `queries.jsonl` ({"_id", "text"}) and a qrels TSV (query-id, corpus-id, score; header line),
-where corpus-id is the ingested document_id.
+where corpus-id is the ingested document_id (an existing index's: its document-id field).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from es_provider.config.knowledge import KnowledgeBase
 from es_provider.core.acl import Identity
 from es_provider.core.calibration import Hit, Logistic, Row, calibrate_leg, fit, fuse, lead_of, leg_scores
 from es_provider.core.deadline import Budget
+from es_provider.core.schema import OWN, Schema, document_of, value_at
 from es_provider.engine.client import Engine
 from es_provider.search.domain import SearchRequest
 from es_provider.search.embedders import Embedder
@@ -48,6 +49,7 @@ class Judged:
     vector: dict[str, list[Hit]] = field(default_factory=dict)
     rerank: dict[str, list[tuple[Hit, float | None]]] = field(default_factory=dict)  # in the reranker's order
     weight: float = 1.0  # its share of a fit, against the other sets' (not its number of queries)
+    schema: Schema = OWN  # where its hits hold the document id the judgments name (an existing index's own field)
 
 
 def load_judgments(queries_path: Path, qrels_path: Path) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
@@ -68,7 +70,7 @@ def load_judgments(queries_path: Path, qrels_path: Path) -> tuple[dict[str, str]
 
 
 def _relevant(judged: Judged, qid: str, hit: Hit) -> bool:
-    return judged.qrels[qid].get(str((hit.get("_source") or {}).get("document_id")), 0) > 0
+    return judged.qrels[qid].get(str(document_of(hit, judged.schema)), 0) > 0
 
 
 async def collect(
@@ -93,13 +95,20 @@ async def collect(
             judged.bm25[qid] = bm25.get("hits", {}).get("hits", [])
             judged.vector[qid] = knn.get("hits", {}).get("hits", [])
         if reranker is not None:
-            judged.rerank[qid] = await _reranked(reranker, text, judged.bm25[qid][: max(TOP, candidates)])
+            judged.rerank[qid] = await _reranked(reranker, text, judged.bm25[qid][: max(TOP, candidates)],
+                                                 judged.schema)
 
 
-async def _reranked(reranker: Reranker, query: str, hits: list[Hit]) -> list[tuple[Hit, float | None]]:
+async def _reranked(reranker: Reranker, query: str, hits: list[Hit], schema: Schema) -> list[tuple[Hit, float | None]]:
     limit = reranker.settings.max_characters
-    texts = [passage((h.get("_source") or {}).get("title"), str((h.get("_source") or {}).get("content", "")), limit)
-             for h in hits]
+
+    def text_of(hit: Hit) -> tuple[object, str]:
+        source = hit.get("_source") or {}
+        content = next((str(t) for f in schema.text if (t := value_at(source, f)) is not None), "")
+        return (value_at(source, schema.title) if schema.title is not None else None), content
+
+    texts = [passage(title if isinstance(title, str) else None, content, limit)
+             for title, content in map(text_of, hits)]
     ranked = await reranker.rank(query, texts, reranker.settings.timeout_ms / 1000) if texts else []
     return [(hits[index], score) for index, score in ranked]
 
@@ -116,7 +125,7 @@ def ndcg_at_10(judged: Judged, ranked: Mapping[str, Sequence[Hit]]) -> float:
     for qid, gains in judged.qrels.items():
         seen: list[str] = []
         for hit in ranked.get(qid, []):
-            doc = str((hit.get("_source") or {}).get("document_id"))
+            doc = str(document_of(hit, judged.schema))
             if doc not in seen:
                 seen.append(doc)
         dcg = sum(gains.get(doc, 0) / math.log2(i + 2) for i, doc in enumerate(seen[:TOP]))

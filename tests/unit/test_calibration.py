@@ -10,7 +10,8 @@ import pytest
 
 from es_provider.config.knowledge import Calibration, ScoringSettings
 from es_provider.core.calibration import Logistic, calibrate, calibrate_leg, features, fit, fuse, lead_of, usable
-from es_provider.search.calibrate import WEIGHTS, Judged, _equal, fit_all, ndcg_at_10
+from es_provider.core.presets import PRESETS
+from es_provider.search.calibrate import WEIGHTS, Judged, _equal, _relevant, fit_all, ndcg_at_10
 
 SCORING = ScoringSettings()
 MAPPINGS = {"bm25": SCORING.bm25.logistic(), "vector": SCORING.vector.logistic(), "hybrid": SCORING.hybrid.logistic()}
@@ -136,6 +137,17 @@ def test_ndcg_at_10_counts_a_document_once_at_its_first_chunk() -> None:
     hits = [{"_source": {"document_id": d}} for d in ("a", "a", "c", "b")]
     ideal = 1 + 1 / math.log2(3)
     assert ndcg_at_10(judged, {"q": hits}) == pytest.approx((1 + 1 / math.log2(4)) / ideal)
+
+
+@pytest.mark.parametrize(("schema", "hit"), [
+    ("es-provider", {"_id": "c1", "_source": {"document_id": "a"}}),
+    ("langchain", {"_id": "c1", "_source": {"metadata": {"source": "a"}, "text": "x"}}),
+    ("haystack", {"_id": "a", "_source": {"content": "x"}}),
+])
+def test_judgments_name_documents_by_the_knowledge_bases_own_id_field(schema: str, hit: dict[str, object]) -> None:
+    judged = Judged(queries={"q": "x"}, qrels={"q": {"a": 1}}, schema=PRESETS[schema])
+    assert ndcg_at_10(judged, {"q": [hit]}) == pytest.approx(1.0)
+    assert _relevant(judged, "q", hit)
 
 
 def test_calibrate_prints_a_configuration_that_loads() -> None:

@@ -9,7 +9,7 @@ import time
 import uuid
 from typing import Any
 
-from helpers.setup import CALLBACK_SECRET
+from helpers.setup import CALLBACK_SECRET, DEADLINE_MS
 
 ROUTE = "/agent/knowledge/project-documents/1.0.0"
 
@@ -32,7 +32,7 @@ def body(subject: str = "u-alice", tenant: str | None = "team-a", *, app: str = 
         "runId": "run-1",
         "traceId": "trace-1",
         "executionId": "exec-1",
-        "deadline": int(time.time() * 1000) + 10_000,
+        "deadline": int(time.time() * 1000) + DEADLINE_MS,
         "trustedContext": {},
     }
     request.update(changes)

@@ -31,7 +31,7 @@ from es_provider.config.knowledge import KnowledgeBase
 LAYOUTS = [HAYSTACK_ELASTICSEARCH, CONNECTORS] if SECOND_ENGINE else [LANGCHAIN, LLAMAINDEX, HAYSTACK_OPENSEARCH,
                                                                        CONNECTORS]
 CHUNKS = 600
-IDENTITIES = 300 if SECOND_ENGINE else 2_000
+IDENTITIES = 2_000  # on Elasticsearch too: the connectors shape is checked there
 KB_ID = "tool-docs"
 ROUTE = f"/agent/knowledge/{KB_ID}/1.0.0"
 

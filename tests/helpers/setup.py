@@ -47,9 +47,9 @@ TEST_ENV = {"TEST_CALLBACK_KEY": CALLBACK_SECRET, "TEST_API_KEY": "test-api-key-
 PRINCIPALS = {"u-alice": ["eng"], "u-bob": ["sales"], "u-carol": ["eng", "ops"]}
 
 
-# One passage cache for the whole session (texts embedded by one test are free for the next), never the user's;
-# `make test` gives all its processes one (ES_PROVIDER_TEST_EMBED_CACHE, SQLite in WAL mode takes several writers),
-# so the Elasticsearch suites embed nothing the OpenSearch run embedded already.
+# One passage cache for the whole session (texts embedded by one test are free for the next), never the service's;
+# `make test` gives all its processes and runs one (ES_PROVIDER_TEST_EMBED_CACHE, SQLite in WAL mode takes several
+# writers; scripts/run-tests), so the Elasticsearch suites embed nothing the OpenSearch run embedded already.
 if os.environ.get("ES_PROVIDER_TEST_EMBED_CACHE"):
     EMBED_CACHE = Path(os.environ["ES_PROVIDER_TEST_EMBED_CACHE"])
 else:

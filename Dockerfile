@@ -1,7 +1,9 @@
 FROM python:3.11-slim
 WORKDIR /app
-COPY requirements.lock ./
-RUN pip install --no-cache-dir -r requirements.lock
+# Only what the service imports (requirements-runtime.lock: requirements.lock's pins of pyproject's dependencies;
+# the tests' and tools' packages stay out of the image).
+COPY requirements-runtime.lock ./
+RUN pip install --no-cache-dir -r requirements-runtime.lock
 COPY pyproject.toml README.md ./
 COPY es_provider ./es_provider
 COPY mappings ./mappings

@@ -422,6 +422,31 @@ def _connections(found: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _traces(found: dict[str, Any]) -> list[str]:
+    modes, over = found["modes"], found["over_off"]
+    lines = ["## 17. What traces cost (issue 41)", "",
+             "The SparkTide route on sections 2 and 8's knowledge base, one service process per mode: traces off "
+             "(no OTEL_* variable), on with sampling 0 (`parentbased_traceidratio` 0: spans created, none recorded) "
+             "and on with every request sampled, exported with OTLP/HTTP to a real Jaeger (bench/traces.py). Medians "
+             f"of {found['rounds']} interleaved rounds (order rotated each round), every round's figure in brackets; "
+             "added p50 and the CPU ratio are each mode against off within the same round.", "",
+             "| mode | c=1 p50 (ms) | added c=1 p50 (ms) | c=16 service CPU per request (ms) | CPU / off | errors |",
+             "|---|---|---|---|---|---|"]
+    for name, row in modes.items():
+        p50 = ", ".join(f"{r['p50_ms']:.2f}" for r in row["rounds"])
+        cpu = ", ".join(f"{r['service_cpu_ms_per_request']:.3f}" for r in row["rounds"])
+        if name == "off":
+            added = ratio = "—"
+        else:
+            o = over[name]
+            added = f"{o['median_added_p50_ms']:+.2f} ({', '.join(f'{x:+.2f}' for x in o['added_p50_ms'])})"
+            ratio = _ratios(o["median_cpu_ratio"], o["cpu_ratio"])
+        lines.append(f"| {name} | {row['median_round_p50_ms']:.2f} ({p50}) | {added} | "
+                     f"{row['median_round_cpu_ms_per_request']:.3f} ({cpu}) | {ratio} | {row['errors']} |")
+    lines.append("")
+    return lines
+
+
 def _existing(found: dict[str, Any]) -> list[str]:
     direct, served, cost = found["direct"], found["service"], found["cost"]
     lines = ["## 16. An index LangChain built, served (issue 40)", "",
@@ -707,7 +732,8 @@ def render(results: Path, docs: Path) -> Path:
         lines += _relevance(relevance, docs / "img")
     for name, section in (("hotpath", _hotpath), ("workers", _workers), ("scale", _scale), ("engines", _engines),
                           ("identities", _identities), ("access", _access), ("stages", _stages),
-                          ("rerank", _rerank), ("connections", _connections), ("existing", _existing)):
+                          ("rerank", _rerank), ("connections", _connections), ("existing", _existing),
+                          ("traces", _traces)):
         found = _load(results, name)
         if found:
             found.pop("machine", None)

@@ -19,6 +19,8 @@
             SigV4: added p50 and service CPU per request, interleaved (bench/connections.py).
 14. rerank  the rerank stage with and without on SciFact, TIME and DRCD: its candidates, calibration, added p50
             and CPU per request (bench/rerank.py; RERANK_URL etc. measure your own rerank model).
+17. traces  tracing off, on with sampling 0 and on with sampling 1: added p50 and service CPU per request,
+            interleaved (bench/traces.py).
 
 7. hotpath  ingest against the best raw bulk load on the same mapping; mapping variants; embedding rates.
 8. workers  serve --workers 1 vs 2; the replay store in the engine vs in memory.
@@ -161,7 +163,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=scifact.DEFAULT_DATA, help="SciFact in the BEIR layout")
     parser.add_argument("--sections", default="ingest,quality,latency,acl,semantic,relevance,hotpath,workers,scale,engines,"
-                        "identities,access,stages,rerank,connections,existing")
+                        "identities,access,stages,rerank,connections,existing,traces")
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds per measurement")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
@@ -310,6 +312,13 @@ def main() -> None:
 
         results["existing"] = existing.run(work, url, args.data, MAIN, max(5, args.rounds + 3))
         write_result("existing", {"machine": info, **results["existing"]})
+
+    if "traces" in sections:
+        print("17/17 traces off, on with sampling 0, on with sampling 1 (a real Jaeger)", flush=True)
+        from bench import traces
+
+        results["traces"] = traces.run(work, url, MAIN, list(queries.values()), max(5, args.rounds + 3))
+        write_result("traces", {"machine": info, **results["traces"]})
 
     results["total_seconds"] = round(time.monotonic() - started)
     from bench.report import render

@@ -38,13 +38,15 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                    "loop": loop_name}
         return Supervisor(workers, options).run()
 
+    from es_provider.core import tracing
     from es_provider.web.app import create_app
 
     try:
+        tracing.configure(os.environ)  # OTEL_* (docs/traces.md); off unless they ask
         app = create_app(settings)
     except KnowledgeError as exc:  # e.g. an embedder that cannot load
         return fail(f"not started: {exc.detail or exc.safe_message}")
-    except StartupError as exc:
+    except (StartupError, ValueError) as exc:  # ValueError: an OTEL_* setting the SDK cannot use
         return fail(f"not started: {exc}")
     loop = None
     if loop_name == "uvloop":

@@ -56,12 +56,13 @@ def _run(options: dict[str, Any], ready: Event) -> None:
     from aiohttp import web
 
     from es_provider.config.settings import load_settings
-    from es_provider.core import logs
+    from es_provider.core import logs, tracing
     from es_provider.core.errors import KnowledgeError, StartupError
     from es_provider.web.app import create_app
 
     logs.configure(options["log_format"])
     try:
+        tracing.configure(os.environ)  # each worker its own exporter: a provider does not survive a fork
         app = create_app(load_settings(options["config"]))
         loop = None
         if options["loop"] == "uvloop":
@@ -70,7 +71,7 @@ def _run(options: dict[str, Any], ready: Event) -> None:
             loop = uvloop.new_event_loop()
         web.run_app(app, host=options["host"], port=options["port"], access_log=None, loop=loop, reuse_port=True,
                     print=lambda _: ready.set())
-    except (StartupError, KnowledgeError, OSError) as exc:  # one line, as `serve` alone says it
+    except (StartupError, KnowledgeError, OSError, ValueError) as exc:  # one line, as `serve` alone says it
         detail = exc.detail or exc.safe_message if isinstance(exc, KnowledgeError) else str(exc)
         print(f"es-provider: worker not started: {detail}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None

@@ -11,6 +11,8 @@ import re
 import time
 from typing import Any
 
+from es_provider.core import tracing
+
 REQUEST_IDS: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("request_ids", default=None)
 
 # Extra fields handlers may attach (`extra={...}`); anything else in a record is not emitted. The workbench's audit
@@ -37,6 +39,8 @@ class JsonFormatter(logging.Formatter):
         ids = REQUEST_IDS.get()
         if ids:
             line.update(ids)
+        if tracing.on():
+            line.update(tracing.ids())  # trace_id, span_id: the log line found from its trace and back
         line.update(extra_fields(record))
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)

@@ -55,6 +55,10 @@ class Metrics:
             "es_provider_idempotency_bytes", "Memory held by the answers kept for repeated executionIds",
             registry=self.registry, multiprocess_mode="livesum",
         )
+        self.trace_spans_dropped = Counter(
+            "es_provider_trace_spans_dropped", "Spans the trace exporter could not send (traces on: core/tracing.py)",
+            registry=self.registry,
+        )
         self.slow_bodies = Counter(
             "es_provider_slow_bodies", "Requests cut off because their body did not arrive within body_timeout_s",
             registry=self.registry,

@@ -14,6 +14,7 @@ import orjson
 from opensearchpy.exceptions import NotFoundError, TransportError
 from opensearchpy.helpers import async_scan
 
+from es_provider.core import tracing
 from es_provider.core.deadline import Budget
 from es_provider.core.errors import ErrorCode, KnowledgeError
 from es_provider.engine import dialect
@@ -29,12 +30,17 @@ class Reads(EngineBase):
     """The Engine's (client.py) reads: searches, scans, counts and mappings."""
 
     @contextmanager
-    def _observed(self) -> Iterator[None]:
-        """Times a search for the metrics, as ok or not."""
+    def _observed(self, operation: str, index: str) -> Iterator[None]:
+        """Times a search for the metrics, as ok or not; with traces on, its client span (core/tracing.py)."""
         started = time.monotonic()
         ok = False
         try:
-            yield
+            if tracing.on():
+                system = "elasticsearch" if self._flavor is not None and self._flavor.elastic else "opensearch"
+                with tracing.engine_span(operation, index, system, self.connection.nodes[0].host):
+                    yield
+            else:
+                yield
             ok = True
         finally:
             if self._observe is not None:
@@ -47,7 +53,7 @@ class Reads(EngineBase):
         async def run(_: float) -> dict[str, Any]:
             return await self._door.post(path, payload)
 
-        with self._observed():
+        with self._observed("search", index):
             response = await self._call(budget, run)
             check_search(response)
         return response
@@ -78,7 +84,7 @@ class Reads(EngineBase):
         async def run(_: float) -> dict[str, Any]:
             return await self._door.post(path, payload, "application/x-ndjson")
 
-        with self._observed():
+        with self._observed("msearch", index):
             responses = (await self._call(budget, run)).get("responses")
             if not isinstance(responses, list) or len(responses) != len(bodies):
                 raise KnowledgeError(ErrorCode.UNAVAILABLE, detail="msearch answered the wrong number of responses")

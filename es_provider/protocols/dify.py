@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from es_provider.audit import access
 from es_provider.config.knowledge import KnowledgeBase
-from es_provider.core import metadata
+from es_provider.core import metadata, tracing
 from es_provider.core.acl import Identity
 from es_provider.core.errors import ErrorCode, KnowledgeError, protocol_error
 from es_provider.edge import auth, kit
@@ -162,6 +162,7 @@ async def search(request: web.Request) -> web.Response:
     async with services.admission.slot(f"key:{key.key_ref}"):
         req = kit.validate(RetrievalRequest, data)
         access.note(request, knowledge=[(req.knowledge_id, None)])
+        tracing.tag(tracing.retrieval(req.knowledge_id))
         if not req.query:
             return kit.answer(b'{"records":[]}')  # nothing matches an empty query
         kb = services.settings.knowledge_base(req.knowledge_id)

@@ -21,6 +21,7 @@ from es_provider.audit import access
 from es_provider.config.knowledge import KnowledgeBase
 from es_provider.config.model import FilterName
 from es_provider.config.settings import Settings
+from es_provider.core import tracing
 from es_provider.core.acl import Filter, Identity, ordered
 from es_provider.core.deadline import budget_from_deadline
 from es_provider.core.errors import ErrorCode, KnowledgeError, forbidden, protocol_error, unauthenticated
@@ -172,6 +173,8 @@ async def callback(request: web.Request) -> web.Response:
         req = kit.validate(CallbackRequest, data)
         ids = {"runId": req.runId, "traceId": req.traceId, "executionId": req.executionId}
         REQUEST_IDS.set(ids)
+        tracing.tag({"sparktide.run_id": req.runId, "sparktide.trace_id": req.traceId,
+                     "sparktide.execution_id": req.executionId, **tracing.retrieval(kb.id)})
         access.note(request, request_ids=ids, app_id=req.appId, tenants=(req.tenantId,) if req.tenantId else (),
                     subject=req.subjectId)  # as claimed; the identity replaces it once it is checked
         access.note_query(request, req.query)

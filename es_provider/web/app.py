@@ -21,6 +21,7 @@ from es_provider.audit.recorder import RECORDER, Recorder
 from es_provider.audit.sinks import FileSink, IndexSink, Sink
 from es_provider.config.secrets import read_secret
 from es_provider.config.settings import Settings
+from es_provider.core import tracing
 from es_provider.core.acl import Filter
 from es_provider.core.deadline import Budget, fixed_budget
 from es_provider.core.errors import ClientDisconnected, ErrorCode, KnowledgeError, StartupError
@@ -132,19 +133,50 @@ async def _check_grants(services: Services, budget: Budget, reasons: dict[str, s
 PROTOCOLS: tuple[Protocol, ...] = (sparktide.PROTOCOL, agentarts.PROTOCOL, dify.PROTOCOL)
 
 
+def owner_of(protocols: tuple[Protocol, ...]) -> Callable[[web.Request], Protocol | None]:
+    """The protocol a request belongs to: its route's, else the one whose path prefix it is under."""
+    owners: dict[object, Protocol] = {route.handler: protocol for protocol in protocols for route in protocol.routes}
+    prefixes = [(prefix, protocol) for protocol in protocols for prefix in protocol.prefixes]
+
+    def owner(request: web.Request) -> Protocol | None:
+        found = owners.get(request.match_info.handler)
+        return found or next((p for prefix, p in prefixes if request.path.startswith(prefix)), None)
+
+    return owner
+
+
+# Probes and scrapes, every few seconds from every kubelet and Prometheus: traced, they would bury the requests.
+UNTRACED = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+def trace_middleware(protocols: tuple[Protocol, ...]) -> Any:
+    """Each request's server span (core/tracing.py), outside the error middleware so that it sees the answer given;
+    installed only when traces are on. Not the probes' and scrapes' (UNTRACED)."""
+    owner = owner_of(protocols)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in UNTRACED:
+            return await handler(request)
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "unmatched"
+        with tracing.server_span(request.method, route, request.headers) as span:
+            response = await handler(request)
+            found = owner(request)
+            tracing.answered(span, response.status, response.get(ERROR_CODE, ""), found.name if found else None)
+            return response
+
+    return middleware
+
+
 def error_middleware(protocols: tuple[Protocol, ...], metrics: Metrics, query_key: bytes | None = None) -> Any:
     """The one place a request's failure becomes an answer: a refusal (KnowledgeError) is logged once with its
     reason and rendered in its protocol's own body; a routing refusal (unknown path, wrong method) under a
     protocol's prefix likewise; a client that went away is counted as 499; anything unexpected is logged with its
     traceback and answered UNAVAILABLE, with no detail. Every request is counted and timed, and every platform
     request gets its access record (access.py): an answer whose record cannot be kept is not given."""
-    owners: dict[object, Protocol] = {route.handler: protocol for protocol in protocols for route in protocol.routes}
+    owner = owner_of(protocols)
     unrecorded = {route.handler for protocol in protocols for route in protocol.routes if not route.recorded}
-    prefixes = [(prefix, protocol) for protocol in protocols for prefix in protocol.prefixes]
-
-    def owner(request: web.Request) -> Protocol | None:
-        found = owners.get(request.match_info.handler)
-        return found or next((p for prefix, p in prefixes if request.path.startswith(prefix)), None)
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -448,6 +480,9 @@ def create_app(
     app = web.Application(handler_args={"lingering_time": 1.0, "auto_decompress": False})
     protocols = _with_pages(app, protocols, settings, credentials, environ)
     protocols, install_scim = _with_scim(protocols, settings, credentials, environ)
+    if tracing.on():
+        app.middlewares.append(trace_middleware(protocols))
+        tracing.count_drops(metrics.trace_spans_dropped.inc)
     app.middlewares.append(error_middleware(protocols, metrics, query_key))
     app[METRICS] = metrics
     if settings.server.metrics_token_ref is not None:

@@ -169,6 +169,23 @@ def answered(span: trace.Span, status: int, error_code: str, protocol: str | Non
 
 
 @contextmanager
+def step(name: str, attributes: Mapping[str, str | int] | None = None) -> Iterator[trace.Span]:
+    """A stage of the request (query embedding, re-check, rerank) as a child span; off, the invalid span, whose
+    setters do nothing."""
+    if not _on:
+        yield trace.INVALID_SPAN
+        return
+    with TRACER.start_as_current_span(name, attributes=dict(attributes or {}), record_exception=False,
+                                      set_status_on_exception=False) as span:
+        try:
+            yield span
+        except BaseException as exc:
+            span.set_attribute("error.type", type(exc).__name__)
+            span.set_status(trace.StatusCode.ERROR)
+            raise
+
+
+@contextmanager
 def engine_span(operation: str, collection: str, system: str, address: str) -> Iterator[trace.Span]:
     """One engine call, named and described as the database client conventions ask (never its body)."""
     with TRACER.start_as_current_span(

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from es_provider.config.knowledge import KnowledgeBase, RetrievalMode, ScoringSettings
-from es_provider.core import acl, metadata
+from es_provider.core import acl, metadata, tracing
 from es_provider.core.calibration import calibrate, calibrate_leg, fuse
 from es_provider.core.deadline import Budget
 from es_provider.core.errors import ErrorCode, KnowledgeError, forbidden, protocol_error
@@ -131,6 +131,27 @@ async def run_search(
     else:
         responses = await engine.msearch(index, list(plan.bodies), budget)
 
+    with tracing.step("recheck") as span:
+        chunks, dropped = _rechecked(retrieval, responses, plan, schema=schema, mode=mode, scoring=scoring,
+                                     by_alias=by_alias, scored=rerank is None)
+        span.set_attributes({"es_provider.recheck.kept": len(chunks), "es_provider.recheck.dropped": dropped,
+                             "es_provider.recheck.dropped_reason": "permission re-check" if dropped else ""})
+    outcome = None
+    if rerank is not None:
+        with tracing.step("rerank", {"es_provider.rerank.candidates": len(chunks)}) as span:
+            chunks, outcome = await rerank.apply(retrieval.query, chunks, budget.remaining(time.monotonic()))
+            span.set_attribute("es_provider.rerank.outcome", str(outcome))
+        chunks = [chunk for chunk in chunks if not below(chunk, retrieval.score_threshold)]
+    # Not cut here: the result's `chunks` is the topK cut, and SparkTide also reads past it (domain.SearchResult).
+    return SearchResult(ranked=tuple(chunks), top_k=retrieval.top_k, applied_filters=plan.applied_filters,
+                        dropped=dropped, rerank=outcome)
+
+
+def _rechecked(retrieval: SearchRequest, responses: list[dict[str, Any]], plan: SearchPlan, *, schema: Schema,
+               mode: RetrievalMode, scoring: ScoringSettings, by_alias: dict[str, KnowledgeBase],
+               scored: bool) -> tuple[list[Chunk], int]:
+    """The hits that pass the permission re-check, as chunks (a refused hit counted and logged), and how many were
+    dropped. `scored`: the score threshold applies here (with a rerank stage it applies after it)."""
     chunks: list[Chunk] = []
     dropped = 0
     seen: set[tuple[str, str]] = set()  # (knowledge base, document) already answered, for one_chunk_per_document
@@ -158,7 +179,7 @@ async def run_search(
             continue
         if len(chunk.content) > kb.passage_chars:  # a whole document: the part of it that answers
             chunk = dataclasses.replace(chunk, content=passage(chunk.content, retrieval.query, kb.passage_chars))
-        if rerank is None and below(chunk, retrieval.score_threshold):
+        if scored and below(chunk, retrieval.score_threshold):
             continue
         if kb.one_chunk_per_document:
             # A lower chunk of a document already in the answer (the engine collapses one base; this covers
@@ -167,13 +188,7 @@ async def run_search(
                 continue
             seen.add((kb.id, chunk.document_id))
         chunks.append(chunk)
-    outcome = None
-    if rerank is not None:
-        chunks, outcome = await rerank.apply(retrieval.query, chunks, budget.remaining(time.monotonic()))
-        chunks = [chunk for chunk in chunks if not below(chunk, retrieval.score_threshold)]
-    # Not cut here: the result's `chunks` is the topK cut, and SparkTide also reads past it (domain.SearchResult).
-    return SearchResult(ranked=tuple(chunks), top_k=retrieval.top_k, applied_filters=plan.applied_filters,
-                        dropped=dropped, rerank=outcome)
+    return chunks, dropped
 
 
 def below(chunk: Chunk, threshold: float) -> bool:
@@ -269,7 +284,9 @@ class Retriever:
         ok = False
         try:
             async with asyncio.timeout(max(0.0, budget.remaining(started))):
-                vector = await embedder.query(bounded_text(query))
+                with tracing.step("embed query", {"gen_ai.operation.name": "embeddings",
+                                                  "es_provider.embedder": embedder_name}):
+                    vector = await embedder.query(bounded_text(query))
             ok = True
             return vector
         except TimeoutError:

@@ -1,8 +1,8 @@
 """Traces read back from a real Jaeger (scripts/jaeger-local: v2 all-in-one, OTLP in, query API out): the service
 started with the standard OTEL_* variables, a SparkTide call continuing the caller's `traceparent` and a Dify call
-starting its own trace, each with its server span and its engine span, their parents and attributes, and never the
-query text or a document's content; the exporter pointed at a dead port leaves answers unchanged and counts what it
-could not send."""
+starting its own trace, each with its server span, its engine span and its re-check span, their parents and
+attributes, and never the query text or a document's content; the exporter pointed at a dead port leaves answers
+unchanged and counts what it could not send."""
 
 from __future__ import annotations
 
@@ -126,6 +126,10 @@ async def test_sparktide_and_dify_calls_are_traced_without_query_or_content(serv
                 assert tags(span)["span.kind"] == "client"
                 assert tags(span)["db.operation.name"] in {"search", "msearch"}
                 assert tags(span)["db.collection.name"].startswith("test-")
+            (recheck,) = [s for s in spans if s["operationName"] == "recheck"]  # the re-check, and what it did
+            assert recheck["references"][0]["spanID"] == server["spanID"]
+            assert {k: tags(recheck)[k] for k in ("es_provider.recheck.kept", "es_provider.recheck.dropped")} \
+                == {"es_provider.recheck.kept": 1, "es_provider.recheck.dropped": 0}
             attributes = tags(server)
             assert attributes["span.kind"] == "server" and attributes["http.response.status_code"] == 200
             assert attributes["es_provider.protocol"] == protocol

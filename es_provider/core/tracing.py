@@ -169,13 +169,10 @@ def answered(span: trace.Span, status: int, error_code: str, protocol: str | Non
 
 
 @contextmanager
-def step(name: str, attributes: Mapping[str, str | int] | None = None) -> Iterator[trace.Span]:
-    """A stage of the request (query embedding, re-check, rerank) as a child span; off, the invalid span, whose
-    setters do nothing."""
-    if not _on:
-        yield trace.INVALID_SPAN
-        return
-    with TRACER.start_as_current_span(name, attributes=dict(attributes or {}), record_exception=False,
+def _span(name: str, attributes: Mapping[str, str | int],
+          kind: trace.SpanKind = trace.SpanKind.INTERNAL) -> Iterator[trace.Span]:
+    """A child span that a failure inside marks an error, with its exception's type (never its message)."""
+    with TRACER.start_as_current_span(name, kind=kind, attributes=dict(attributes), record_exception=False,
                                       set_status_on_exception=False) as span:
         try:
             yield span
@@ -186,17 +183,20 @@ def step(name: str, attributes: Mapping[str, str | int] | None = None) -> Iterat
 
 
 @contextmanager
+def step(name: str, attributes: Mapping[str, str | int] | None = None) -> Iterator[trace.Span]:
+    """A stage of the request (query embedding, re-check, rerank) as a child span; off, the invalid span, whose
+    setters do nothing."""
+    if not _on:
+        yield trace.INVALID_SPAN
+        return
+    with _span(name, attributes or {}) as span:
+        yield span
+
+
+@contextmanager
 def engine_span(operation: str, collection: str, system: str, address: str) -> Iterator[trace.Span]:
     """One engine call, named and described as the database client conventions ask (never its body)."""
-    with TRACER.start_as_current_span(
-        f"{operation} {collection}", kind=trace.SpanKind.CLIENT, record_exception=False,
-        set_status_on_exception=False, attributes={
-            "db.system.name": system, "db.operation.name": operation, "db.collection.name": collection,
-            "server.address": address},
-    ) as span:
-        try:
-            yield span
-        except BaseException as exc:
-            span.set_attribute("error.type", type(exc).__name__)
-            span.set_status(trace.StatusCode.ERROR)
-            raise
+    with _span(f"{operation} {collection}", {
+        "db.system.name": system, "db.operation.name": operation, "db.collection.name": collection,
+        "server.address": address}, trace.SpanKind.CLIENT) as span:
+        yield span

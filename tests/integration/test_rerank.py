@@ -191,9 +191,12 @@ async def test_a_failing_reranker_leaves_the_first_stage_answer(engine, kb, clie
     reranker.delay_s = 1.0
     elsewhere = await RerankServer().start()  # the redirect's other origin: it must never be asked
     reranker.redirect_to = elsewhere.cohere_url
-    client = await serve(client_for, kb, rerank=rerank_section(kb.id, url, timeout_ms=300))
-    plain = await serve(client_for, kb)
     reason = REASONS.get(fault, "malformed")
+    # A short wait where the fault is time itself; elsewhere the assertion is the reason, and a loaded
+    # machine may take longer than 300 ms to answer a malformed reply (fc16: "timeout" for "extreme").
+    timeout_ms = 300 if reason == "timeout" else 3000
+    client = await serve(client_for, kb, rerank=rerank_section(kb.id, url, timeout_ms=timeout_ms))
+    plain = await serve(client_for, kb)
 
     for _ in range(2):  # counted each time, logged once per window
         started = time.monotonic()
@@ -202,7 +205,7 @@ async def test_a_failing_reranker_leaves_the_first_stage_answer(engine, kb, clie
         assert response.status == 200 and response.headers["X-Rerank"] == f"first-stage: {reason}"
         first = await plain.post("/knowledge-bases/retrieve", headers=bearer(), data=agentarts())
         assert await response.read() == await first.read()
-        assert elapsed < 0.3 + 1.0  # the rerank wait is bounded by timeout_ms, not by the reranker
+        assert elapsed < timeout_ms / 1000 + 1.0  # the rerank wait is bounded by timeout_ms, not by the reranker
     metrics = await (await client.get("/metrics")).text()
     assert f'es_provider_rerank_fallbacks_total{{reason="{reason}"}} 2.0' in metrics
     assert elsewhere.received == []

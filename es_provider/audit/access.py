@@ -104,9 +104,10 @@ def now_iso() -> str:
 
 
 def record(entry: Entry, *, status: int, code: str, moment: str, duration_ms: float,
-           worker: int) -> dict[str, Any]:
+           worker: int, span: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Pure: the stored record. `documents` (each once, in answer order) is what `access --document` searches;
-    `served` keeps every chunk in order with its score."""
+    `served` keeps every chunk in order with its score; `span` (traces on) the request's OpenTelemetry trace and
+    span ids, as `otel_trace_id` / `otel_span_id` (`trace_id` is SparkTide's own traceId)."""
     body: dict[str, Any] = {
         "time": moment, "id": entry.id, "protocol": entry.protocol, "route": entry.route,
         "method": entry.method, "status": status, "code": code, "credential": entry.credential,
@@ -123,6 +124,8 @@ def record(entry: Entry, *, status: int, code: str, moment: str, duration_ms: fl
         body[REQUEST_ID_FIELDS[name]] = value
     if entry.query_hmac is not None:
         body["query_hmac"] = entry.query_hmac
+    if span:
+        body["otel_trace_id"], body["otel_span_id"] = span["trace_id"], span["span_id"]
     return body
 
 
@@ -137,7 +140,7 @@ RECORD_MAPPING: dict[str, Any] = {
         **{name: _KEYWORD for name in (
             "id", "protocol", "route", "method", "code", "credential", "app_id", "tenants", "subject",
             "acting_subject", "knowledge_ids", "documents", "run_id", "trace_id", "execution_id", "query_hmac",
-            "remote")},
+            "remote", "otel_trace_id")},
         "served": {"type": "object", "enabled": False},
         "knowledge": {"type": "object", "enabled": False},
     },

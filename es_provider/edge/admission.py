@@ -17,6 +17,7 @@ from aiohttp import ClientPayloadError, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from es_provider.config.serving import ServerSettings
+from es_provider.core import tracing
 from es_provider.core.deadline import Budget
 from es_provider.core.errors import ClientDisconnected, ErrorCode, KnowledgeError, protocol_error
 from es_provider.core.metrics import Metrics
@@ -77,7 +78,8 @@ class Admission:
         self._admitted += 1
         self._by_holder[holder] = held + 1
         try:
-            await self._turn(holder)
+            with tracing.step("admission wait") as span:  # traced: a slow answer that only queued shows as such
+                span.set_attribute("es_provider.admission.queued", await self._turn(holder))
             self._metrics.in_flight.inc()
             try:
                 yield
@@ -101,8 +103,9 @@ class Admission:
             yield
             return
         try:
-            async with asyncio.timeout(max(0.0, budget.remaining(time.monotonic()))):
-                await self._costly.acquire()
+            with tracing.step("costly-search wait"):
+                async with asyncio.timeout(max(0.0, budget.remaining(time.monotonic()))):
+                    await self._costly.acquire()
         except TimeoutError:
             raise KnowledgeError(ErrorCode.TIMED_OUT, detail="budget spent waiting for a costly-search turn") from None
         try:
@@ -110,14 +113,16 @@ class Admission:
         finally:
             self._costly.release()
 
-    async def _turn(self, holder: str) -> None:
+    async def _turn(self, holder: str) -> bool:
+        """Waits for `holder`'s turn to run; whether it had to queue for it."""
         if self._running < self._active and not self._waiting:
             self._running += 1
-            return
+            return False
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(holder, deque()).append(turn)
         try:
             await turn
+            return True
         except asyncio.CancelledError:
             if turn.done() and not turn.cancelled():
                 self._pass_turn()  # granted just as it was cancelled: hand the turn on

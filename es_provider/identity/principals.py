@@ -27,6 +27,7 @@ from typing import Any
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
 from es_provider.config.settings import Settings
+from es_provider.core import tracing
 from es_provider.core.acl import Identity
 from es_provider.core.deadline import Budget, fixed_budget
 from es_provider.core.errors import ErrorCode, KnowledgeError
@@ -212,13 +213,18 @@ class Principals:
                        extra: Iterable[str] = ()) -> Identity:
         groups = set(extra)
         active = True
-        if subject is not None:
-            known = await self.store.membership_of(subject, budget) if self.store is not None else UNKNOWN
-            if known.known:
-                active = known.active
-                groups.update(known.groups)
-            else:
-                groups.update(self._file.get(subject, ()))
+        with tracing.step("identity") as span:  # the principal store's read (cached or not); never who
+            source = "none"
+            if subject is not None:
+                known = await self.store.membership_of(subject, budget) if self.store is not None else UNKNOWN
+                if known.known:
+                    source, active = "store", known.active
+                    groups.update(known.groups)
+                else:
+                    source = "file"
+                    groups.update(self._file.get(subject, ()))
+            span.set_attributes({"es_provider.identity.source": source, "es_provider.identity.groups": len(groups),
+                                 "es_provider.identity.active": active})
         return Identity(app_id, tenants, subject, frozenset(groups), subject_active=active)
 
     async def identity_of(self, app_id: str, tenant_id: str | None, subject: str | None, budget: Budget,

@@ -241,9 +241,11 @@ def kept(entry: access.Entry, response: web.StreamResponse, *, recorder: Recorde
         entry.served = ()
         response = protocol.render_error(KnowledgeError(ErrorCode.UNAVAILABLE))
         response[ERROR_CODE] = ErrorCode.UNAVAILABLE.value
-    recorder.keep(access.record(entry, status=response.status, code=response.get(ERROR_CODE, ""),
-                                moment=access.now_iso(), duration_ms=(time.monotonic() - started) * 1000,
-                                worker=os.getpid()))
+    span_ids = tracing.ids()  # the request's own span, found from its record and back
+    with tracing.step("access record"):
+        recorder.keep(access.record(entry, status=response.status, code=response.get(ERROR_CODE, ""),
+                                    moment=access.now_iso(), duration_ms=(time.monotonic() - started) * 1000,
+                                    worker=os.getpid(), span=span_ids))
     response.headers["X-Access-Record"] = entry.id
     return response
 

@@ -1,7 +1,8 @@
 """Traces read back from a real Jaeger (scripts/jaeger-local: v2 all-in-one, OTLP in, query API out): the service
 started with the standard OTEL_* variables, a SparkTide call continuing the caller's `traceparent` and a Dify call
-starting its own trace, each with its server span, its engine span and its re-check span, their parents and
-attributes, and never the query text or a document's content; the exporter pointed at a dead port leaves answers
+starting its own trace, each with its server span, its engine span, its re-check, admission, identity and
+access-record spans, their parents and attributes, the access record carrying the server span's ids, and never
+the query text or a document's content; the exporter pointed at a dead port leaves answers
 unchanged and counts what it could not send."""
 
 from __future__ import annotations
@@ -71,6 +72,19 @@ def traces(jaeger: str, service: str, want: int) -> list[dict[str, Any]]:
     raise AssertionError(f"Jaeger holds {len(found)} traces of {service}, not {want}")
 
 
+def access_records(directory: Path) -> list[dict[str, Any]]:
+    """The access record's "file" sink, once a record of each of the two calls is in (flushed every 100 ms)."""
+    records: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        records = [json.loads(line) for path in sorted(directory.glob("access-*.jsonl"))
+                   for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if {r["protocol"] for r in records} >= {"sparktide", "dify"}:
+            return records
+        time.sleep(0.2)
+    raise AssertionError(f"the access record holds {records}")
+
+
 def dropped_spans(base: str) -> float:
     with urllib.request.urlopen(f"{base}/metrics", timeout=5) as response:
         return metric(response.read().decode(), "es_provider_trace_spans_dropped_total")
@@ -88,7 +102,9 @@ async def served(engine: Any, tmp_path: Path) -> Any:
                                      "content": CONTENT, "acl": {"groups": ["eng"]}}])
     config = write_config(tmp_path / "config.toml", engine.url, [kb_entry(kb.alias)], api_keys=[
         {"key_ref": "TEST_API_KEY", "app": "app-1", "tenants": ["team-a"], "subject": "u-alice",
-         "knowledge": ["project-documents"]}], principals={"u-alice": ["eng"]})
+         "knowledge": ["project-documents"]}], principals={"u-alice": ["eng"]},
+        sections={"access_log": {"sinks": ["file"], "directory": str(tmp_path / "access"), "flush_interval_s": 0.1,
+                                 "max_delay_s": 5}})
 
     def serve(**otel: str) -> Served:
         return Served(config, {**TEST_ENV, "OTEL_BSP_SCHEDULE_DELAY": "100", **otel}, tmp_path / f"{uuid.uuid4()}.log")
@@ -97,7 +113,9 @@ async def served(engine: Any, tmp_path: Path) -> Any:
     await admin.drop(engine, kb)
 
 
-async def test_sparktide_and_dify_calls_are_traced_without_query_or_content(served: Any, jaeger: str) -> None:
+async def test_sparktide_and_dify_calls_are_traced_without_query_or_content(served: Any, jaeger: str,
+                                                                             tmp_path: Path) -> None:
+    served_dir = tmp_path / "access"
     service = f"es-provider-test-{uuid.uuid4().hex[:8]}"
     app = served(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:4318", OTEL_SERVICE_NAME=service)
     try:
@@ -130,6 +148,16 @@ async def test_sparktide_and_dify_calls_are_traced_without_query_or_content(serv
             assert recheck["references"][0]["spanID"] == server["spanID"]
             assert {k: tags(recheck)[k] for k in ("es_provider.recheck.kept", "es_provider.recheck.dropped")} \
                 == {"es_provider.recheck.kept": 1, "es_provider.recheck.dropped": 0}
+            for name in ("admission wait", "identity", "access record"):  # the request's other stages
+                (stage,) = [s for s in spans if s["operationName"] == name]
+                assert stage["references"][0]["spanID"] == server["spanID"], name
+            (admission,) = [s for s in spans if s["operationName"] == "admission wait"]
+            assert tags(admission)["es_provider.admission.queued"] is False
+            (identity,) = [s for s in spans if s["operationName"] == "identity"]
+            assert {k: tags(identity)[k] for k in ("es_provider.identity.source", "es_provider.identity.active")} \
+                == {"es_provider.identity.source": "file", "es_provider.identity.active": True}
+            (record,) = [r for r in access_records(served_dir) if r["protocol"] == protocol]
+            assert (record["otel_trace_id"], record["otel_span_id"]) == (server["traceID"], server["spanID"])
             attributes = tags(server)
             assert attributes["span.kind"] == "server" and attributes["http.response.status_code"] == 200
             assert attributes["es_provider.protocol"] == protocol

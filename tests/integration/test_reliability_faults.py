@@ -168,7 +168,7 @@ async def test_three_node_cluster_loses_its_cluster_manager_under_load(client_fo
                     wrong.append((subject, tenant, response.status))
                 await asyncio.sleep(0.02)
 
-        async def kill_under_load(node: int, after_s: float = 12) -> float:
+        async def kill_under_load(node: int, after_s: float = 9) -> float:
             load = asyncio.ensure_future(ask_all(2 + after_s))
             await asyncio.sleep(2)
             os.kill(int((CACHE / "run" / str(port) / f"node-{node}" / "pid").read_text()), signal.SIGKILL)
@@ -216,7 +216,7 @@ async def test_three_node_cluster_loses_its_cluster_manager_under_load(client_fo
                 await engine.put_settings(await day_index(engine, prefix), {"index": {"number_of_replicas": 0}})
                 await engine._client.cluster.health(wait_for_status="green", request_timeout=60)
             checked_before, answers_before = len(checked), len(answers)
-            await kill_under_load(holder, after_s=20 if replicas == 0 else 12)
+            await kill_under_load(holder, after_s=16 if replicas == 0 else 9)
             local(port, "start", "--nodes", "3")
             health = await green(engine, 3)
             assert health.get("number_of_nodes") == 3, health

@@ -1,12 +1,13 @@
 """The house (issue 38) against the hot path: the service's CPU per request before and after the restructuring,
 side by side in one run.
 
-    python -m bench.house [--before REV] [--rounds N] [--data PATH]
+    python -m bench.house [--before REV] [--rounds N] [--data PATH] [--result NAME]
 
 Both checkouts serve the same config from the same virtualenv on the same node (REV in a git worktree of its own;
 `python -m` runs the checkout it starts in). Rounds interleave (before, after, after, before, …); each measures a
 SparkTide callback and a Dify retrieval at concurrency 32 (2,400 requests after 200 of warm-up) and reads the serving
-process's CPU from /proc. Writes bench/results/house.json and prints every round.
+process's CPU from /proc. Writes bench/results/house.json (or NAME.json) and prints every round. Also: traces off
+against the build before the tracing code (`--before 2dd8611^ --result traces-off`, issue 41).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def main() -> None:
     parser.add_argument("--before", default=BEFORE)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--data", type=Path, default=scifact.DEFAULT_DATA)
+    parser.add_argument("--result", default="house", help="bench/results/<RESULT>.json")
     args = parser.parse_args()
     url = start_opensearch()
     work = Path(tempfile.mkdtemp(prefix="es-provider-house-"))
@@ -99,7 +101,7 @@ def main() -> None:
         for workload in rounds:
             print(f"{workload}: after/before CPU per request, per round "
                   f"{out[workload]['cpu_ratio_after_over_before_per_round']}, median {out[workload]['cpu_ratio_median']}")
-        write_result("house", out)
+        write_result(args.result, out)
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], capture_output=True)
 

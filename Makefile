@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install lint compose-check test unit integration run opensearch-start opensearch-stop bench reliability
+.PHONY: install lint compose-check helm test unit integration run opensearch-start opensearch-stop bench reliability
 
 # uv installs the locked wheels in seconds (pip took 50 s of a core); it comes from PyPI like the rest.
 $(VENV)/.installed: pyproject.toml requirements.lock
@@ -24,17 +24,22 @@ lint: install
 compose-check:
 	scripts/check-compose
 
+# Helm v4.3.2 for the Helm chart's checks, built once from the Go module proxy (~3 minutes on 2 cores, then cached in
+# ~/.cache/es-provider/helm-v4.3.2): in `make test`'s setup, so no timed phase waits for it.
+helm:
+	@scripts/helm-local path
+
 # pytest-xdist: test modules spread over processes (a module stays in one process: some have module-wide fixtures
 # or bind fixed ports), all against the one node a run starts (tests/conftest.py), each test with its own indices.
 XDIST ?= -n 4 --dist loadfile
 ES_XDIST ?= -n 2 --dist loadfile
 
-# The install, lint and compose check while the engine nodes start, then the tests in timed phases (scripts/run-tests,
+# The install, lint, compose check and Helm while the engine nodes start, then the tests in timed phases (scripts/run-tests,
 # which starts the nodes once): all but the timing tests on OpenSearch in XDIST processes, the timing tests alone,
 # and what differs by engine (-m engines: tests/conftest.py's ENGINES says what and why) on Elasticsearch 8 and 9, at
 # low priority beside the timing tests.
 test:
-	BIN=$(BIN) XDIST="$(XDIST)" ES_XDIST="$(ES_XDIST)" SETUP="$(MAKE) --no-print-directory install lint compose-check" \
+	BIN=$(BIN) XDIST="$(XDIST)" ES_XDIST="$(ES_XDIST)" SETUP="$(MAKE) --no-print-directory install lint compose-check helm" \
 		scripts/run-tests
 
 # The pure, table-driven tests alone: no engine, a few seconds.
@@ -84,6 +89,7 @@ cluster-roles: install
 ## integration       the tests against a real OpenSearch node (started as for `make test`)
 ## lint              ruff, mypy --strict, then the import-linter contracts (the layers)
 ## compose-check     docker-compose.yml is valid and refuses to start without each of the provider's keys
+## helm              Helm v4.3.2 for the chart's checks (built once from the Go module proxy); prints its path
 ## install           the venv in .venv from requirements.lock, the package installed editable
 ## bench             every benchmark in one run (starts the local OpenSearch); writes bench/results/, docs/benchmarks.md
 ## reliability       the reliability modules at full size; writes docs/reliability.md

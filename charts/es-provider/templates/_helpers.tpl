@@ -1,0 +1,467 @@
+{{/* Names and labels. */}}
+{{- define "es-provider.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "es-provider.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "es-provider.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "es-provider.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* The serving pods (the jobs' pods carry another component, so no Service or budget selects them). */}}
+{{- define "es-provider.serverSelectorLabels" -}}
+{{ include "es-provider.selectorLabels" . }}
+app.kubernetes.io/component: server
+{{- end -}}
+
+{{- define "es-provider.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "es-provider.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "es-provider.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "es-provider.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "es-provider.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Fixed paths inside the pod: the configuration's [opensearch] table points at them. */}}
+{{- define "es-provider.configDir" -}}/etc/es-provider/config{{- end -}}
+{{- define "es-provider.engineDir" -}}/etc/es-provider/engine{{- end -}}
+{{- define "es-provider.secretsDir" -}}/etc/es-provider/secrets{{- end -}}
+{{- define "es-provider.awsTokenDir" -}}/var/run/secrets/es-provider/aws{{- end -}}
+{{/* The environment variables the chart's own [opensearch] refs name (NAME_FILE is set, never NAME). */}}
+{{- define "es-provider.passwordEnv" -}}ES_PROVIDER_ENGINE_PASSWORD{{- end -}}
+{{- define "es-provider.apiKeyEnv" -}}ES_PROVIDER_ENGINE_API_KEY{{- end -}}
+
+{{/*
+The user's TOML parsed (fromToml), or an empty dict with existingConfigMap. Refuses a file that is not TOML or that
+holds [opensearch] (the chart writes that table from `engine`).
+*/}}
+{{- define "es-provider.parsedConfig" -}}
+{{- if .Values.config.existingConfigMap -}}
+{{- dict | toJson -}}
+{{- else -}}
+{{- $parsed := fromToml (.Values.config.toml | default "") -}}
+{{- if hasKey $parsed "Error" -}}
+{{- fail (printf "config.toml is not valid TOML: %s" (get $parsed "Error")) -}}
+{{- end -}}
+{{- if hasKey $parsed "opensearch" -}}
+{{- fail "config.toml holds an [opensearch] table: describe the engine in the `engine` values instead (the chart writes [opensearch] itself, pointing at the Secrets it mounts)" -}}
+{{- end -}}
+{{- $parsed | toJson -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Every value of a key ending in _ref, anywhere in a parsed TOML value: one per line. */}}
+{{- define "es-provider.refsIn" -}}
+{{- if kindIs "map" . -}}
+{{- range $key, $value := . -}}
+{{- if and (hasSuffix "_ref" $key) (kindIs "string" $value) }}
+{{ $value }}
+{{- else }}
+{{ include "es-provider.refsIn" $value }}
+{{- end -}}
+{{- end -}}
+{{- else if kindIs "slice" . -}}
+{{- range . }}
+{{ include "es-provider.refsIn" . }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The configuration's *_ref names, as a JSON list (sorted, unique). */}}
+{{- define "es-provider.refs" -}}
+{{- $parsed := include "es-provider.parsedConfig" . | fromJson -}}
+{{- include "es-provider.refsIn" $parsed | splitList "\n" | compact | uniq | sortAlpha | toJson -}}
+{{- end -}}
+
+{{/*
+The checks no schema can make: each *_ref has a secretEnv entry, no secretEnv name is one the chart keeps for itself,
+extraEnv sets no secret, the worker count has a CPU limit to come from.
+*/}}
+{{- define "es-provider.validate" -}}
+{{- $reserved := list (include "es-provider.passwordEnv" .) (include "es-provider.apiKeyEnv" .) -}}
+{{- $refs := include "es-provider.refs" . | fromJsonArray -}}
+{{- range $refs -}}
+{{- if not (hasKey $.Values.secretEnv .) -}}
+{{- fail (printf "config.toml names the secret %s (a *_ref) but secretEnv has no entry for it: add secretEnv.%s: {existingSecret: <Secret>, key: <key>}" . .) -}}
+{{- end -}}
+{{- end -}}
+{{- range $name, $_ := merge (dict) .Values.secretEnv .Values.jobs.secretEnv -}}
+{{- if has $name $reserved -}}
+{{- fail (printf "secretEnv.%s: the chart sets %s_FILE itself for [opensearch] (engine.auth): choose another name" $name $name) -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.extraEnv -}}
+{{- $base := trimSuffix "_FILE" .name -}}
+{{- if or (has .name $refs) (has $base $refs) (hasKey $.Values.secretEnv .name) (hasKey $.Values.secretEnv $base) (has .name $reserved) (has $base $reserved) -}}
+{{- fail (printf "extraEnv.%s: a secret the configuration names goes through secretEnv (a mounted Secret), not extraEnv" .name) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (not .Values.workers) (not (and .Values.resources.limits .Values.resources.limits.cpu)) -}}
+{{- fail "workers is empty (one per core of the CPU limit) but resources.limits.cpu is not set: set one of the two" -}}
+{{- end -}}
+{{- if and .Values.autoscaling.enabled (not (and .Values.resources.requests .Values.resources.requests.cpu)) -}}
+{{- fail "autoscaling by CPU utilization needs resources.requests.cpu" -}}
+{{- end -}}
+{{- $auth := .Values.engine.auth -}}
+{{- if and (eq $auth.type "aws") (not (hasPrefix "https://" .Values.engine.url)) -}}
+{{- fail "engine.auth.type aws needs an https:// engine.url (AWS endpoints take no plain HTTP)" -}}
+{{- end -}}
+{{- if and .Values.engine.tls.ca.existingSecret .Values.engine.tls.ca.existingConfigMap -}}
+{{- fail "engine.tls.ca: existingSecret or existingConfigMap, not both" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The jobs' engine: `engine` with jobs.engine's auth (and client certificate, when given) in place of its own. */}}
+{{- define "es-provider.jobEngine" -}}
+{{- $engine := deepCopy .Values.engine -}}
+{{- $override := .Values.jobs.engine | default dict -}}
+{{- if $override.auth -}}
+{{- $_ := set $engine "auth" (mergeOverwrite (deepCopy .Values.engine.auth) (dict "type" "none") $override.auth) -}}
+{{- end -}}
+{{- if and $override.tls (hasKey $override.tls "clientCert") -}}
+{{- $_ := set $engine.tls "clientCert" (mergeOverwrite (dict "certKey" "tls.crt" "keyKey" "tls.key") $override.tls.clientCert) -}}
+{{- end -}}
+{{- $engine | toJson -}}
+{{- end -}}
+
+{{/* Whether the engine has a CA from a Secret or ConfigMap, and a client certificate. */}}
+{{- define "es-provider.hasCA" -}}
+{{- if or .tls.ca.existingSecret .tls.ca.existingConfigMap }}true{{ end -}}
+{{- end -}}
+{{- define "es-provider.hasClientCert" -}}
+{{- if .tls.clientCert.existingSecret }}true{{ end -}}
+{{- end -}}
+
+{{/*
+The [opensearch] table for an engine (a dict shaped as `engine`): every value through toJson (a JSON string, number
+or boolean is a TOML one, escapes included), secrets by reference to the files the chart mounts.
+*/}}
+{{- define "es-provider.opensearchToml" -}}
+{{- $auth := .auth -}}
+[opensearch]
+url = {{ .url | toJson }}
+{{- if .timeoutS }}
+timeout_s = {{ .timeoutS | toJson }}
+{{- end }}
+{{- if .writeBlockWaitS }}
+write_block_wait_s = {{ .writeBlockWaitS | toJson }}
+{{- end }}
+{{- if include "es-provider.hasCA" . }}
+ca_file = {{ printf "%s/ca.crt" (include "es-provider.engineDir" .) | toJson }}
+{{- end }}
+{{- if .tls.caFingerprint }}
+ca_fingerprint = {{ .tls.caFingerprint | toJson }}
+{{- end }}
+{{- if include "es-provider.hasClientCert" . }}
+client_cert_file = {{ printf "%s/client.crt" (include "es-provider.engineDir" .) | toJson }}
+client_key_file = {{ printf "%s/client.key" (include "es-provider.engineDir" .) | toJson }}
+{{- end }}
+{{- if eq $auth.type "basic" }}
+username = {{ required "engine.auth.basic.username is required with auth type basic" $auth.basic.username | toJson }}
+password_ref = {{ include "es-provider.passwordEnv" . | toJson }}
+{{- else if eq $auth.type "apiKey" }}
+api_key_ref = {{ include "es-provider.apiKeyEnv" . | toJson }}
+{{- end }}
+{{- if .tls.insecure }}
+insecure = true
+{{- end }}
+{{- if eq $auth.type "aws" }}
+
+[opensearch.aws]
+region = {{ required "engine.auth.aws.region is required with auth type aws" $auth.aws.region | toJson }}
+service = {{ $auth.aws.service | default "es" | toJson }}
+{{- if $auth.aws.profile }}
+profile = {{ $auth.aws.profile | toJson }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The projected volume sources of an engine's files (password, API key, CA, client certificate). */}}
+{{- define "es-provider.engineSources" -}}
+{{- $auth := .auth -}}
+{{- if eq $auth.type "basic" }}
+- secret:
+    name: {{ required "engine.auth.basic.existingSecret is required with auth type basic" $auth.basic.existingSecret }}
+    items:
+      - key: {{ $auth.basic.passwordKey | default "password" }}
+        path: password
+{{- else if eq $auth.type "apiKey" }}
+- secret:
+    name: {{ required "engine.auth.apiKey.existingSecret is required with auth type apiKey" $auth.apiKey.existingSecret }}
+    items:
+      - key: {{ $auth.apiKey.key | default "api-key" }}
+        path: api-key
+{{- end }}
+{{- if .tls.ca.existingSecret }}
+- secret:
+    name: {{ .tls.ca.existingSecret }}
+    items:
+      - key: {{ .tls.ca.key | default "ca.crt" }}
+        path: ca.crt
+{{- else if .tls.ca.existingConfigMap }}
+- configMap:
+    name: {{ .tls.ca.existingConfigMap }}
+    items:
+      - key: {{ .tls.ca.key | default "ca.crt" }}
+        path: ca.crt
+{{- end }}
+{{- if include "es-provider.hasClientCert" . }}
+- secret:
+    name: {{ .tls.clientCert.existingSecret }}
+    items:
+      - key: {{ .tls.clientCert.certKey | default "tls.crt" }}
+        path: client.crt
+      - key: {{ .tls.clientCert.keyKey | default "tls.key" }}
+        path: client.key
+{{- end }}
+{{- end -}}
+
+{{/* The environment an engine's credentials need: NAME_FILE for the refs, the web identity for SigV4. */}}
+{{- define "es-provider.engineEnv" -}}
+{{- $auth := .auth -}}
+{{- if eq $auth.type "basic" }}
+- name: {{ include "es-provider.passwordEnv" . }}_FILE
+  value: {{ printf "%s/password" (include "es-provider.engineDir" .) }}
+{{- else if eq $auth.type "apiKey" }}
+- name: {{ include "es-provider.apiKeyEnv" . }}_FILE
+  value: {{ printf "%s/api-key" (include "es-provider.engineDir" .) }}
+{{- else if and (eq $auth.type "aws") $auth.aws.webIdentity $auth.aws.webIdentity.roleArn }}
+- name: AWS_ROLE_ARN
+  value: {{ $auth.aws.webIdentity.roleArn | quote }}
+- name: AWS_WEB_IDENTITY_TOKEN_FILE
+  value: {{ printf "%s/token" (include "es-provider.awsTokenDir" .) }}
+{{- end }}
+{{- end -}}
+
+{{/* A secretEnv map's projected sources (each NAME as a file named NAME) and its NAME_FILE variables. */}}
+{{- define "es-provider.secretSources" -}}
+{{- range $name, $ref := . }}
+- secret:
+    name: {{ $ref.existingSecret }}
+    items:
+      - key: {{ $ref.key }}
+        path: {{ $name }}
+{{- end }}
+{{- end -}}
+{{- define "es-provider.secretEnvVars" -}}
+{{- range $name, $_ := . }}
+- name: {{ $name }}_FILE
+  value: {{ printf "%s/%s" (include "es-provider.secretsDir" $) $name }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The volumes and mounts of a pod running es-provider: (dict "root" $ "engine" <engine dict> "secretEnv" <map>
+"configKey" <key> "cache" <bool>).
+*/}}
+{{- define "es-provider.volumes" -}}
+{{- $root := .root -}}
+{{- $engine := .engine -}}
+- name: config
+  configMap:
+    name: {{ $root.Values.config.existingConfigMap | default (include "es-provider.fullname" $root) }}
+    items:
+      - key: {{ .configKey }}
+        path: config.toml
+{{- $engineSources := include "es-provider.engineSources" $engine }}
+{{- if $engineSources }}
+- name: engine
+  projected:
+    defaultMode: 0440
+    sources:
+      {{- $engineSources | trim | nindent 6 }}
+{{- end }}
+{{- if .secretEnv }}
+- name: secrets
+  projected:
+    defaultMode: 0440
+    sources:
+      {{- include "es-provider.secretSources" .secretEnv | trim | nindent 6 }}
+{{- end }}
+{{- if and (eq $engine.auth.type "aws") $engine.auth.aws.webIdentity $engine.auth.aws.webIdentity.roleArn }}
+- name: aws-token
+  projected:
+    defaultMode: 0440
+    sources:
+      - serviceAccountToken:
+          audience: {{ $engine.auth.aws.webIdentity.audience | default "sts.amazonaws.com" }}
+          expirationSeconds: {{ $engine.auth.aws.webIdentity.expirationSeconds | default 86400 | int }}
+          path: token
+{{- end }}
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ $root.Values.tmpVolume.sizeLimit }}
+{{- if and .cache $root.Values.cacheVolume.source }}
+- name: cache
+  {{- toYaml $root.Values.cacheVolume.source | nindent 2 }}
+{{- else if .cache }}
+- name: cache
+  emptyDir:
+    sizeLimit: {{ $root.Values.cacheVolume.sizeLimit }}
+{{- else }}
+- name: cache
+  emptyDir:
+    sizeLimit: {{ $root.Values.tmpVolume.sizeLimit }}
+{{- end }}
+{{- with $root.Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "es-provider.volumeMounts" -}}
+{{- $root := .root -}}
+{{- $engine := .engine -}}
+- name: config
+  mountPath: {{ include "es-provider.configDir" $root }}
+  readOnly: true
+{{- if include "es-provider.engineSources" $engine }}
+- name: engine
+  mountPath: {{ include "es-provider.engineDir" $root }}
+  readOnly: true
+{{- end }}
+{{- if .secretEnv }}
+- name: secrets
+  mountPath: {{ include "es-provider.secretsDir" $root }}
+  readOnly: true
+{{- end }}
+{{- if and (eq $engine.auth.type "aws") $engine.auth.aws.webIdentity $engine.auth.aws.webIdentity.roleArn }}
+- name: aws-token
+  mountPath: {{ include "es-provider.awsTokenDir" $root }}
+  readOnly: true
+{{- end }}
+- name: tmp
+  mountPath: /tmp
+- name: cache
+  mountPath: /var/cache/es-provider
+{{- with $root.Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The pod-level fields the Deployment and the jobs share. */}}
+{{- define "es-provider.podCommon" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+enableServiceLinks: false
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* Whether the install Job runs (prepare or kb create), and whether any job does. */}}
+{{- define "es-provider.setupJob" -}}
+{{- if or .Values.jobs.prepare.enabled .Values.jobs.kbCreate.knowledgeBases }}true{{ end -}}
+{{- end -}}
+{{- define "es-provider.jobsEnabled" -}}
+{{- include "es-provider.setupJob" . -}}
+{{- end -}}
+
+{{/* The checksum that rolls the pods when the configuration changes. */}}
+{{- define "es-provider.configChecksum" -}}
+{{- include (print .Template.BasePath "/configmap.yaml") . | sha256sum -}}
+{{- end -}}
+
+{{/* One admin container: (dict "root" $ "name" <name> "args" <list of es-provider's arguments>). */}}
+{{- define "es-provider.adminContainer" -}}
+{{- $root := .root -}}
+{{- $engine := include "es-provider.jobEngine" $root | fromJson -}}
+- name: {{ .name }}
+  image: {{ include "es-provider.image" $root }}
+  imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+  command: ["es-provider"]
+  args:
+    {{- toYaml .args | nindent 4 }}
+  env:
+    - name: ES_PROVIDER_CACHE
+      value: /var/cache/es-provider
+    {{- with include "es-provider.engineEnv" $engine | trim }}
+    {{- . | nindent 4 }}
+    {{- end }}
+    {{- with include "es-provider.secretEnvVars" $root.Values.jobs.secretEnv | trim }}
+    {{- . | nindent 4 }}
+    {{- end }}
+  resources:
+    {{- toYaml $root.Values.jobs.resources | nindent 4 }}
+  securityContext:
+    {{- toYaml $root.Values.securityContext | nindent 4 }}
+  volumeMounts:
+    {{- include "es-provider.volumeMounts" (dict "root" $root "engine" $engine "secretEnv" $root.Values.jobs.secretEnv) | nindent 4 }}
+{{- end -}}
+
+{{/* An admin pod's spec: (dict "root" $ "steps" <list of (dict "name" "args")>): all but the last step run in order as
+init containers, the last as the container, so each step starts only once the one before succeeded. */}}
+{{- define "es-provider.adminPod" -}}
+{{- $root := .root -}}
+{{- $engine := include "es-provider.jobEngine" $root | fromJson -}}
+{{- $steps := .steps -}}
+{{- $last := sub (len $steps) 1 | int -}}
+serviceAccountName: {{ $root.Values.jobs.serviceAccountName | default (include "es-provider.serviceAccountName" $root) }}
+automountServiceAccountToken: {{ $root.Values.serviceAccount.automountToken }}
+restartPolicy: Never
+{{- include "es-provider.podCommon" $root | trim | nindent 0 }}
+{{- if gt (len $steps) 1 }}
+initContainers:
+  {{- range $i, $step := $steps }}
+  {{- if lt $i $last }}
+  {{- include "es-provider.adminContainer" (dict "root" $root "name" $step.name "args" $step.args) | nindent 2 }}
+  {{- end }}
+  {{- end }}
+{{- end }}
+containers:
+  {{- $step := index $steps $last }}
+  {{- include "es-provider.adminContainer" (dict "root" $root "name" $step.name "args" $step.args) | nindent 2 }}
+volumes:
+  {{- $configKey := "admin.toml" -}}
+  {{- if $root.Values.config.existingConfigMap -}}
+  {{- $configKey = $root.Values.config.existingConfigMapAdminKey | default $root.Values.config.existingConfigMapKey -}}
+  {{- end }}
+  {{- include "es-provider.volumes" (dict "root" $root "engine" $engine "secretEnv" $root.Values.jobs.secretEnv "configKey" $configKey "cache" false) | nindent 2 }}
+{{- end -}}
+
+{{/* The job's metadata.annotations (jobs.annotations: e.g. a GitOps tool's hook annotations). */}}
+{{- define "es-provider.jobAnnotations" -}}
+{{- with .Values.jobs.annotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}

@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install lint compose-check helm test unit integration run opensearch-start opensearch-stop bench reliability
+.PHONY: install lint compose-check helm chart test unit integration run opensearch-start opensearch-stop bench reliability
 
 # uv installs the locked wheels in seconds (pip took 50 s of a core); it comes from PyPI like the rest.
 $(VENV)/.installed: pyproject.toml requirements.lock
@@ -28,6 +28,11 @@ compose-check:
 # ~/.cache/es-provider/helm-v4.3.2): in `make test`'s setup, so no timed phase waits for it.
 helm:
 	@scripts/helm-local path
+
+# The chart alone (charts/es-provider): helm lint and template of every values set, the manifests against the
+# Kubernetes API schemas, no secret in them (tests/unit/test_chart.py; `make test` runs it too).
+chart: install helm
+	$(BIN)/pytest tests/unit/test_chart.py
 
 # pytest-xdist: test modules spread over processes (a module stays in one process: some have module-wide fixtures
 # or bind fixed ports), all against the one node a run starts (tests/conftest.py), each test with its own indices.
@@ -90,6 +95,7 @@ cluster-roles: install
 ## lint              ruff, mypy --strict, then the import-linter contracts (the layers)
 ## compose-check     docker-compose.yml is valid and refuses to start without each of the provider's keys
 ## helm              Helm v4.3.2 for the chart's checks (built once from the Go module proxy); prints its path
+## chart             the Helm chart alone: lint, template, Kubernetes schemas, no secrets (docs/kubernetes.md)
 ## install           the venv in .venv from requirements.lock, the package installed editable
 ## bench             every benchmark in one run (starts the local OpenSearch); writes bench/results/, docs/benchmarks.md
 ## reliability       the reliability modules at full size; writes docs/reliability.md

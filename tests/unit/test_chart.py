@@ -1,0 +1,508 @@
+"""The Helm chart (charts/es-provider, docs/kubernetes.md), checked offline: `helm lint --strict` and `helm template`
+of the default values and of every values set in charts/es-provider/ci/; every rendered manifest validated against
+the Kubernetes API's JSON schemas by kubernetes-validate, with its strict schemas (an unknown field is an error), for
+Kubernetes 1.29 (the chart's kubeVersion floor) and 1.37 (the newest it ships, and Helm 4.3.2's own client); the
+ServiceMonitor, a Prometheus Operator CRD those schemas do not hold, checked here by its shape.
+
+Secrets: no manifest is a Secret or holds a secret's value; each *_ref reaches the pod as NAME_FILE, a file of a
+mounted Secret, and reading every one of them through the service's own reader (config/secrets.py) from the files
+the pod would see yields the Secrets' (test) values; a values file that tries to hold a secret is refused by
+values.schema.json without echoing it. The rendered configuration loads with the service's settings model.
+
+Helm is scripts/helm-local's (v4.3.2, built once from the Go module proxy; `make test`'s setup builds it): without it
+every test here fails, none skips."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+import subprocess
+import tempfile
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import kubernetes_validate.utils
+import pytest
+import yaml
+
+from es_provider.config.secrets import read_secret
+from es_provider.config.settings import parse_settings
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+CHART = ROOT / "charts" / "es-provider"
+VALUE_SETS = ["default", *sorted(path.name for path in (CHART / "ci").glob("*-values.yaml"))]
+KUBERNETES = ("1.29", "1.37")  # the chart's kubeVersion floor, and the newest schemas kubernetes-validate ships
+RELEASE, NAMESPACE = "kb", "search"
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+WORKLOADS = ("Deployment", "Job", "CronJob")
+CHART_REFS = ("ES_PROVIDER_ENGINE_PASSWORD", "ES_PROVIDER_ENGINE_API_KEY")  # the [opensearch] refs the chart names
+
+# What the Secrets the ci values name would hold in a cluster: distinctive values, so that one found in a rendered
+# manifest could only have come through the chart. Every Secret key a render refers to must be here.
+PEM = "-----BEGIN CERTIFICATE-----\nMIIBchartTestCertificate0000\n-----END CERTIFICATE-----\n"
+PEM_KEY = "-----BEGIN PRIVATE KEY-----\nMIIEchartTestPrivateKey0000\n-----END PRIVATE KEY-----\n"
+SECRETS: dict[tuple[str, str], str] = {
+    ("es-provider-engine", "password"): "chart-test-serve-password-7f3a9c",
+    ("es-provider-engine", "api-key"): "chart-test-engine-api-key-51be02",
+    ("es-provider-ingest", "password"): "chart-test-ingest-password-c04d18",
+    ("es-provider-client-cert", "tls.crt"): PEM,
+    ("es-provider-client-cert", "tls.key"): PEM_KEY,
+    ("corp-root-ca", "ca.crt"): PEM,
+    ("es-provider-keys", "project-callback-key"): "chart-test-callback-secret-9d21e6",
+    ("es-provider-keys", "support-callback-key"): "chart-test-support-secret-3e88a0",
+    ("es-provider-keys", "handbook-callback-key"): "chart-test-handbook-secret-aa7310",
+    ("es-provider-keys", "policies-callback-key"): "chart-test-policies-secret-6c05f2",
+    ("es-provider-keys", "agentarts-key"): "chart-test-agentarts-key-0b7e44",
+    ("es-provider-keys", "dify-key"): "chart-test-dify-key-e91c3d",
+    ("es-provider-keys", "workbench-key"): "chart-test-workbench-key-4f60b7",
+    ("es-provider-keys", "metrics-token"): "chart-test-metrics-token-28ad5c",
+    ("es-provider-metrics", "token"): "chart-test-metrics-token-d31f90",
+    ("es-provider-scim", "token"): "chart-test-scim-token-5519ce7a",
+    ("es-provider-access", "query-key"): "chart-test-access-query-key-8e2b",
+    ("es-provider-access", "view-key"): "chart-test-access-view-key-71f4",
+    ("otel-headers", "headers"): "authorization=Bearer chart-test-otlp-token-b40e",
+}
+
+
+@functools.cache
+def helm() -> str:
+    built = subprocess.run([str(ROOT / "scripts" / "helm-local"), "path"], capture_output=True, text=True)
+    if built.returncode != 0:
+        pytest.fail(f"no helm: scripts/helm-local path failed: {built.stderr.strip()[-2000:]}", pytrace=False)
+    return built.stdout.strip().splitlines()[-1]
+
+
+def run_helm(*args: str, values: str | Path | None = None) -> subprocess.CompletedProcess[str]:
+    files = [] if values in (None, "default") else ["-f", str(values if isinstance(values, Path) else CHART / "ci" / str(values))]
+    return subprocess.run([helm(), *args, *files], capture_output=True, text=True, cwd=ROOT)
+
+
+@functools.cache
+def render(values: str) -> str:
+    done = run_helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, values=values)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@functools.cache
+def _parsed(values: str) -> tuple[dict[str, Any], ...]:
+    return tuple(doc for doc in yaml.load_all(render(values), Loader=LOADER) if doc)
+
+
+def manifests(values: str) -> list[dict[str, Any]]:
+    """The render's objects (a fresh copy: a test may change one)."""
+    return copy.deepcopy(list(_parsed(values)))
+
+
+def one(values: str, kind: str) -> dict[str, Any]:
+    [found] = [doc for doc in manifests(values) if doc["kind"] == kind]
+    return found
+
+
+def pod_specs(values: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    for doc in manifests(values):
+        if doc["kind"] == "CronJob":
+            yield f"CronJob/{doc['metadata']['name']}", doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        elif doc["kind"] in WORKLOADS:
+            yield f"{doc['kind']}/{doc['metadata']['name']}", doc["spec"]["template"]["spec"]
+
+
+def containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*pod.get("initContainers", []), *pod["containers"]]
+
+
+def serving(values: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    pod = one(values, "Deployment")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    return pod, container
+
+
+def config_files(values: str) -> dict[str, str]:
+    return one(values, "ConfigMap")["data"]
+
+
+def refs_in(value: Any) -> set[str]:
+    """Every value of a key ending in _ref in a parsed TOML document."""
+    if isinstance(value, dict):
+        return {found for key, item in value.items()
+                for found in ({item} if key.endswith("_ref") and isinstance(item, str) else refs_in(item))}
+    if isinstance(value, list):
+        return {found for item in value for found in refs_in(item)}
+    return set()
+
+
+def mounted_files(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
+    """Path in the container → (kind, name, key) of the Secret or ConfigMap item behind it."""
+    volumes = {volume["name"]: volume for volume in pod.get("volumes", [])}
+    files = {}
+    for mount in container.get("volumeMounts", []):
+        assert "subPath" not in mount, f"{mount['name']}: a subPath mount never sees a rotated Secret"
+        volume = volumes[mount["name"]]
+        sources = volume["projected"]["sources"] if "projected" in volume else [volume]
+        for source in sources:
+            if "serviceAccountToken" in source:
+                files[f"{mount['mountPath']}/{source['serviceAccountToken']['path']}"] = ("token", "", "")
+            for kind in ("secret", "configMap"):
+                if kind in source:
+                    name = source[kind].get("name") or source[kind].get("secretName")
+                    for item in source[kind].get("items", []):
+                        files[f"{mount['mountPath']}/{item['path']}"] = (kind, name, item["key"])
+    return files
+
+
+# --- helm lint, helm template, the Kubernetes schemas ---------------------------------------------------------------
+
+@pytest.fixture(scope="module", autouse=True)
+def _schemas_read_once() -> Iterator[None]:
+    """kubernetes-validate reads a kind's schema file and its version's definitions (2 MB of JSON) again at every
+    call: read each once (they are the package's own files; validation itself is unchanged)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kubernetes_validate.utils, "schema_contents",
+                      functools.cache(kubernetes_validate.utils.schema_contents))
+        yield
+
+
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_helm_lint_passes_strictly(values: str) -> None:
+    done = run_helm("lint", "--strict", str(CHART), values=values)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 chart(s) failed" in done.stdout
+
+
+@pytest.mark.parametrize("version", KUBERNETES)
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_every_manifest_matches_the_kubernetes_api_schema(values: str, version: str) -> None:
+    checked = []
+    for doc in manifests(values):
+        if doc["kind"] == "ServiceMonitor":  # a CRD: its shape is checked below
+            continue
+        kubernetes_validate.validate(doc, version, strict=True)
+        checked.append(doc["kind"])
+    assert {"ConfigMap", "Deployment", "Service", "ServiceAccount"} <= set(checked)
+
+
+def test_the_strict_schemas_refuse_an_unknown_field() -> None:
+    """The validator's own check: a misspelt field deep in a pod is an error, not ignored."""
+    deployment = one("default", "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["pathh"] = "/readyz"
+    with pytest.raises(kubernetes_validate.ValidationError, match="pathh"):
+        kubernetes_validate.validate(deployment, KUBERNETES[-1], strict=True)
+
+
+def test_the_service_monitor_scrapes_metrics_on_the_service_with_the_token() -> None:
+    monitor = one("everything-values.yaml", "ServiceMonitor")
+    service = one("everything-values.yaml", "Service")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(monitor) == {"apiVersion", "kind", "metadata", "spec"}
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == "http" and endpoint["path"] == "/metrics"
+    assert [port["name"] for port in service["spec"]["ports"]] == ["http"]
+    assert re.fullmatch(r"\d+[smh]", endpoint["interval"]) and re.fullmatch(r"\d+[smh]", endpoint["scrapeTimeout"])
+    # [server] metrics_token_ref = "METRICS_TOKEN": the scrape sends the token its secretEnv entry names.
+    assert endpoint["authorization"] == {"type": "Bearer", "credentials": {"name": "es-provider-metrics", "key": "token"}}
+    assert "bearerTokenSecret" not in endpoint  # deprecated in the operator's API
+
+
+def test_without_a_metrics_token_the_scrape_sends_none() -> None:
+    values = {"metrics": {"serviceMonitor": {"enabled": True}}}
+    monitor = next(doc for doc in template_with(values) if doc["kind"] == "ServiceMonitor")
+    assert "authorization" not in monitor["spec"]["endpoints"][0]
+
+
+# --- secrets ---------------------------------------------------------------------------------------------------------
+
+def test_the_chart_reads_no_secret_at_render_time() -> None:
+    """No template can pull a Secret's value into a manifest (`lookup`) or write a Secret."""
+    for template in (CHART / "templates").iterdir():
+        text = template.read_text(encoding="utf-8")
+        assert "lookup" not in text, template.name
+        assert not re.search(r"^kind:\s*Secret\b", text, re.M), template.name
+
+
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_no_manifest_holds_a_secret_or_its_value(values: str) -> None:
+    text = render(values)
+    assert "Secret" not in {doc["kind"] for doc in manifests(values)}
+    for secret in SECRETS.values():
+        for line in secret.strip().splitlines():
+            assert line not in text
+    assert "-----BEGIN" not in text and "PRIVATE KEY" not in text
+
+
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_every_secret_reference_resolves_to_a_mounted_file_the_service_reads(values: str, tmp_path: Path) -> None:
+    """No *_ref of a workload's configuration (the platforms' keys, the engine's password or API key) has a value in
+    its pods' environment: NAME_FILE names a file of a mounted Secret, never through subPath. Materialising the
+    Secrets' test values at the paths a pod would see, the service's own reader returns each one the process needs
+    (the server: all of them; the admin jobs: [opensearch]'s); the TLS files [opensearch] names are there too."""
+    for where, pod in pod_specs(values):
+        config_volume = next(volume for volume in pod["volumes"] if volume["name"] == "config")
+        text = config_files(values)[config_volume["configMap"]["items"][0]["key"]]
+        settings = tomllib.loads(text)
+        refs = refs_in(settings)
+        for container in containers(pod):
+            env = {item["name"]: item for item in container.get("env", [])}
+            for name in refs | set(CHART_REFS):
+                assert name not in env, f"{where} {container['name']}: {name} set in the environment"
+            files = mounted_files(pod, container)
+            root = tmp_path / where.replace("/", "_") / container["name"]
+            environ = {}
+            for path, (kind, name, key) in files.items():
+                if kind == "secret" or name == "corp-root-ca":
+                    assert (name, key) in SECRETS, f"{where}: {name}/{key} is not in this test's SECRETS"
+                    (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+                    (root / path.lstrip("/")).write_text(SECRETS[name, key], encoding="utf-8")
+            for name, item in env.items():
+                if name.endswith("_FILE"):
+                    assert "value" in item and item["value"] in files, f"{where}: {name} names no mounted file"
+                    environ[name] = str(root / item["value"].lstrip("/"))
+            # The server needs every ref; the admin jobs only [opensearch]'s (the platforms' keys are not theirs).
+            for ref in refs if where.startswith("Deployment/") else ():
+                assert f"{ref}_FILE" in environ, f"{where} {container['name']}: {ref} reaches the pod no way"
+                kind, name, key = files[env[f"{ref}_FILE"]["value"]]
+                assert kind == "secret"
+                assert read_secret(ref, environ).decode() == SECRETS[name, key].strip()
+            engine = settings["opensearch"]
+            for ref in (engine.get("password_ref"), engine.get("api_key_ref")):
+                if ref is not None:
+                    assert ref in CHART_REFS
+                    assert read_secret(ref, environ).decode() == SECRETS[files[env[f"{ref}_FILE"]["value"]][1:]]
+            for key in ("ca_file", "client_cert_file", "client_key_file"):
+                if key in engine:
+                    assert engine[key] in files, f"{where}: [opensearch] {key} is not mounted"
+
+
+# A value of each kind that a careless values file could hold: each must be refused by the schema, not rendered.
+LEAKS = {
+    "engine.auth.basic.password": {"engine": {"auth": {"type": "basic", "basic": {
+        "username": "u", "existingSecret": "s", "password": "LEAK-basic-password-0e1d"}}}},
+    "engine.auth.apiKey.value": {"engine": {"auth": {"type": "apiKey", "apiKey": {
+        "existingSecret": "s", "value": "LEAK-api-key-77b2"}}}},
+    "engine.tls.clientCert.key": {"engine": {"url": "https://e:9200", "tls": {"clientCert": {
+        "existingSecret": "s", "key": "-----BEGIN PRIVATE KEY-----LEAK-9c1f"}}}},
+    "engine.tls.ca.pem": {"engine": {"url": "https://e:9200", "tls": {"ca": {
+        "existingSecret": "s", "pem": "-----BEGIN CERTIFICATE-----LEAK-3a0e"}}}},
+    "engine.url with credentials": {"engine": {"url": "https://admin:LEAK-url-password-41@e:9200"}},
+    "secretEnv.NAME.value": {"secretEnv": {"PROJECT_CALLBACK_KEY": {
+        "existingSecret": "s", "key": "k", "value": "LEAK-callback-5d2c"}}},
+    "secretEnv.NAME as a string": {"secretEnv": {"PROJECT_CALLBACK_KEY": "LEAK-callback-string-8f"}},
+    "jobs.engine.auth.basic.password": {"jobs": {"engine": {"auth": {"type": "basic", "basic": {
+        "username": "u", "existingSecret": "s", "password": "LEAK-ingest-password-a1"}}}}},
+    "jobs.secretEnv.NAME.value": {"jobs": {"secretEnv": {"AUDIT_PASSWORD": {
+        "existingSecret": "s", "key": "k", "value": "LEAK-audit-password-e4"}}}},
+    "extraEnv secretKeyRef": {"extraEnv": [{"name": "X", "valueFrom": {"secretKeyRef": {
+        "name": "LEAK-secret-name-2b", "key": "k"}}}]},
+    "otel.env OTEL_EXPORTER_OTLP_HEADERS": {"otel": {"env": {
+        "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer LEAK-otlp-token-6a"}}},
+    "metrics.serviceMonitor.tokenSecret.token": {"metrics": {"serviceMonitor": {"tokenSecret": {
+        "existingSecret": "s", "key": "k", "token": "LEAK-metrics-token-90"}}}},
+}
+
+
+def template_with(values: dict[str, Any], *, fails: bool = False) -> Any:
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", encoding="utf-8") as file:
+        yaml.safe_dump(values, file)
+        file.flush()
+        done = run_helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, values=Path(file.name))
+    if fails:
+        assert done.returncode != 0, f"rendered: {done.stdout[:500]}"
+        return done.stderr
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+@pytest.mark.parametrize("case", LEAKS)
+def test_a_secret_value_in_the_values_is_refused_without_being_echoed(case: str) -> None:
+    said = template_with(LEAKS[case], fails=True)
+    assert "don't meet the specifications of the schema" in said, said
+    leak = re.search(r"LEAK-[\w-]+", yaml.safe_dump(LEAKS[case]))
+    assert leak is not None and leak.group(0) not in said, said
+
+
+# --- what the rendered objects are ------------------------------------------------------------------------------------
+
+def test_the_default_pod_is_locked_down() -> None:
+    pod, container = serving("default")
+    assert pod["securityContext"].items() >= {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                                              "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}}.items()
+    assert container["securityContext"] == {
+        "runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "allowPrivilegeEscalation": False,
+        "privileged": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["automountServiceAccountToken"] is False and pod["enableServiceLinks"] is False
+    assert one("default", "ServiceAccount")["automountServiceAccountToken"] is False
+    # The only writable paths: /tmp (prometheus-client's multiprocess files under --workers) and the cache.
+    writable = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"] if not mount.get("readOnly")}
+    assert writable == {"/tmp": "tmp", "/var/cache/es-provider": "cache"}
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert "emptyDir" in volumes["tmp"] and "emptyDir" in volumes["cache"]
+
+
+def test_the_default_probes_are_liveness_on_healthz_and_readiness_on_readyz() -> None:
+    _, container = serving("default")
+    paths = {probe: container[probe]["httpGet"] for probe in ("startupProbe", "livenessProbe", "readinessProbe")}
+    assert paths == {"startupProbe": {"path": "/healthz", "port": "http"},
+                     "livenessProbe": {"path": "/healthz", "port": "http"},
+                     "readinessProbe": {"path": "/readyz", "port": "http"}}
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 120  # the start may load models and wait on the engine
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+
+
+def test_the_workers_come_from_the_cpu_limit() -> None:
+    _, container = serving("default")
+    assert container["command"] == ["es-provider"]
+    args = container["args"]
+    assert args[:3] == ["serve", "--config", "/etc/es-provider/config/config.toml"]
+    assert args[args.index("--workers") + 1] == "$(ES_PROVIDER_WORKERS)"
+    assert args[args.index("--host") + 1] == "0.0.0.0" and args[args.index("--port") + 1] == "8080"
+    [workers] = [item for item in container["env"] if item["name"] == "ES_PROVIDER_WORKERS"]
+    assert workers["valueFrom"] == {"resourceFieldRef": {"containerName": "es-provider", "resource": "limits.cpu",
+                                                         "divisor": "1"}}
+    assert container["resources"]["limits"]["cpu"]
+    [fixed] = [item for item in serving("everything-values.yaml")[1]["env"] if item["name"] == "ES_PROVIDER_WORKERS"]
+    assert fixed == {"name": "ES_PROVIDER_WORKERS", "value": "3"}
+
+
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_the_rendered_configuration_loads_with_the_services_settings(values: str) -> None:
+    for key, text in config_files(values).items():
+        settings = parse_settings(text, environ={})  # no OPENSEARCH_URL: the file alone
+        engine = settings.opensearch
+        assert engine.url == tomllib.loads(text)["opensearch"]["url"], key
+        if engine.tls:
+            assert engine.insecure is False
+
+
+def test_basic_auth_and_the_ca_make_the_opensearch_table() -> None:
+    table = tomllib.loads(config_files("basic-auth-ca-values.yaml")["config.toml"])["opensearch"]
+    assert table == {"url": "https://search.corp.example:9200", "timeout_s": 20,
+                     "ca_file": "/etc/es-provider/engine/ca.crt", "username": "es_provider_serve",
+                     "password_ref": "ES_PROVIDER_ENGINE_PASSWORD"}
+    assert isinstance(table["timeout_s"], int)  # toJson: 20, not Helm's float 20.0 (an integer key refuses it)
+
+
+def test_sigv4_signs_with_the_pods_role() -> None:
+    table = tomllib.loads(config_files("sigv4-values.yaml")["config.toml"])["opensearch"]
+    assert table == {"url": "https://search-kb-abc123.eu-west-1.es.amazonaws.com",
+                     "aws": {"region": "eu-west-1", "service": "es"}}
+    annotations = one("sigv4-values.yaml", "ServiceAccount")["metadata"]["annotations"]
+    assert annotations == {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/es-provider-serve"}
+    pod, container = serving("sigv4-values.yaml")
+    assert not {volume["name"] for volume in pod["volumes"]} & {"engine", "aws-token"}  # the webhook's business
+    # Without the webhook: a projected token for the role, and botocore's web identity variables.
+    pod, container = serving("sigv4-web-identity-values.yaml")
+    token = next(volume for volume in pod["volumes"] if volume["name"] == "aws-token")
+    assert token["projected"]["sources"] == [{"serviceAccountToken": {
+        "audience": "sts.amazonaws.com", "expirationSeconds": 3600, "path": "token"}}]
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert env["AWS_ROLE_ARN"] == "arn:aws:iam::111122223333:role/es-provider-serve"
+    assert env["AWS_WEB_IDENTITY_TOKEN_FILE"] in {f"{m['mountPath']}/token" for m in container["volumeMounts"]}
+
+
+def test_several_replicas_are_the_autoscalers_and_the_budget_keeps_two() -> None:
+    values = "replicas-hpa-values.yaml"
+    deployment = one(values, "Deployment")
+    assert "replicas" not in deployment["spec"]
+    hpa = one(values, "HorizontalPodAutoscaler")
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                             "name": deployment["metadata"]["name"]}
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 12)
+    assert hpa["spec"]["metrics"][0]["resource"]["target"] == {"type": "Utilization", "averageUtilization": 65}
+    pdb = one(values, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 2 and "maxUnavailable" not in pdb["spec"]
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert pdb["spec"]["selector"]["matchLabels"] == selector
+    spread = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert [c["topologyKey"] for c in spread] == ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
+    assert all(c["labelSelector"]["matchLabels"] == selector for c in spread)
+    assert one("default", "Deployment")["spec"]["replicas"] == 2
+    assert not [doc for doc in manifests("default") if doc["kind"] == "HorizontalPodAutoscaler"]
+
+
+def test_the_network_policy_opens_only_the_http_port() -> None:
+    policy = one("everything-values.yaml", "NetworkPolicy")
+    assert policy["spec"]["podSelector"] == one("everything-values.yaml", "Deployment")["spec"]["selector"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    [rule] = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}] and len(rule["from"]) == 2
+    dns, engine, collector = policy["spec"]["egress"]
+    assert {port["port"] for port in dns["ports"]} == {53}
+    assert engine["ports"] == [{"port": 9243, "protocol": "TCP"}]
+    assert collector["ports"] == [{"port": 4318, "protocol": "TCP"}]
+
+
+def test_the_admin_jobs_run_in_order_with_the_ingest_duty_and_no_platform_key() -> None:
+    values = "everything-values.yaml"
+    job = one(values, "Job")
+    assert job["metadata"]["name"] == f"{RELEASE}-es-provider-setup-r1"  # a new one at each revision
+    pod = job["spec"]["template"]["spec"]
+    steps = [(c["name"], c["args"]) for c in containers(pod)]
+    config = ["--config", "/etc/es-provider/config/config.toml"]
+    assert steps == [("prepare", ["prepare", *config, "--days", "45"]),
+                     ("kb-create-0", ["kb", "create", *config, "--kb", "project-documents", "--exist-ok",
+                                      "--replicas", "1"]),
+                     ("kb-create-1", ["kb", "create", *config, "--kb", "support.faq", "--exist-ok", "--replicas", "1"])]
+    assert [c["name"] for c in pod["containers"]] == ["kb-create-1"]
+    assert pod["restartPolicy"] == "Never"
+    config_volume = next(volume for volume in pod["volumes"] if volume["name"] == "config")
+    assert config_volume["configMap"]["items"] == [{"key": "admin.toml", "path": "config.toml"}]
+    admin = tomllib.loads(config_files(values)["admin.toml"])["opensearch"]
+    assert admin["username"] == "es_provider_ingest" and "client_cert_file" not in admin
+    engine = next(volume for volume in pod["volumes"] if volume["name"] == "engine")
+    assert {source.get("secret", {}).get("name") for source in engine["projected"]["sources"]} == {
+        "es-provider-ingest", None}
+    assert "secrets" not in {volume["name"] for volume in pod["volumes"]}  # the platforms' keys stay with serve
+    cron = one(values, "CronJob")
+    assert cron["spec"]["schedule"] == "17 3 * * *" and cron["spec"]["concurrencyPolicy"] == "Forbid"
+    [prepare] = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    assert prepare["args"] == ["prepare", *config, "--days", "45"]
+    # The jobs' pods are no Service's endpoints and no budget's.
+    selector = one(values, "Service")["spec"]["selector"]
+    assert not selector.items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    for where, pod in pod_specs(values):
+        for container in containers(pod):
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True, where
+
+
+def test_the_ingress_routes_to_the_service_with_tls() -> None:
+    ingress = one("everything-values.yaml", "Ingress")
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    assert ingress["spec"]["tls"] == [{"secretName": "kb-corp-example-tls", "hosts": ["kb.corp.example"]}]
+    backends = {path["backend"]["service"]["name"] for rule in ingress["spec"]["rules"]
+                for path in rule["http"]["paths"]}
+    assert backends == {one("everything-values.yaml", "Service")["metadata"]["name"]}
+
+
+@pytest.mark.parametrize(("values", "said"), [
+    ({"config": {"toml": '[opensearch]\nurl = "http://x:9200"\n'}}, "holds an [opensearch] table"),
+    ({"config": {"toml": '[server]\nmetrics_token_ref = "METRICS_TOKEN"\n'}},
+     "names the secret METRICS_TOKEN (a *_ref) but secretEnv has no entry"),
+    ({"config": {"toml": "[server\n"}}, "config.toml is not valid TOML"),
+    ({"workers": "", "resources": {"limits": {"cpu": None}}}, "resources.limits.cpu is not set"),
+    ({"engine": {"auth": {"type": "aws", "aws": {"region": "eu-west-1"}}}}, "needs an https:// engine.url"),
+    ({"config": {"toml": '[server]\nmetrics_token_ref = "MT"\n'},
+      "secretEnv": {"MT": {"existingSecret": "s", "key": "k"}}, "extraEnv": [{"name": "MT_FILE", "value": "/x"}]},
+     "extraEnv.MT_FILE: a secret the configuration names goes through secretEnv"),
+    ({"secretEnv": {"ES_PROVIDER_ENGINE_PASSWORD": {"existingSecret": "s", "key": "k"}}},
+     "the chart sets ES_PROVIDER_ENGINE_PASSWORD_FILE itself"),
+    ({"autoscaling": {"enabled": True}, "resources": {"requests": {"cpu": None}}}, "needs resources.requests.cpu"),
+])
+def test_what_cannot_work_is_refused_at_render_time(values: dict[str, Any], said: str) -> None:
+    assert said in template_with(values, fails=True)
+
+
+def test_the_charts_app_version_is_the_packages() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert chart["apiVersion"] == "v2" and chart["appVersion"] == project["version"]
+    assert serving("default")[1]["image"] == f"es-provider:{project['version']}"

@@ -2,8 +2,8 @@
 started with the standard OTEL_* variables, a SparkTide call continuing the caller's `traceparent` and a Dify call
 starting its own trace, each with its server span, its engine span, its re-check, admission, identity and
 access-record spans, their parents and attributes, the access record carrying the server span's ids, and never
-the query text or a document's content; the exporter pointed at a dead port leaves answers
-unchanged and counts what it could not send."""
+the query text or a document's content; every worker of `serve --workers 2` exports; the exporter pointed at a
+dead port leaves answers unchanged and counts what it could not send."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import subprocess
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ def traces(jaeger: str, service: str, want: int) -> list[dict[str, Any]]:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
-            found = get_json(f"{jaeger}/api/traces?service={service}&limit=50")["data"] or []
+            found = get_json(f"{jaeger}/api/traces?service={service}&limit={max(50, 2 * want)}")["data"] or []
         except (OSError, ValueError):
             found = []
         if len(found) >= want:
@@ -72,14 +72,19 @@ def traces(jaeger: str, service: str, want: int) -> list[dict[str, Any]]:
     raise AssertionError(f"Jaeger holds {len(found)} traces of {service}, not {want}")
 
 
-def access_records(directory: Path) -> list[dict[str, Any]]:
-    """The access record's "file" sink, once a record of each of the two calls is in (flushed every 100 ms)."""
+def both_calls(records: list[dict[str, Any]]) -> bool:
+    return {r["protocol"] for r in records} >= {"sparktide", "dify"}
+
+
+def access_records(directory: Path, done: Callable[[list[dict[str, Any]]], bool] = both_calls) -> list[dict[str, Any]]:
+    """The access record's "file" sink (flushed every 100 ms), once `done` holds: by default, a record of each of
+    the two calls is in."""
     records: list[dict[str, Any]] = []
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         records = [json.loads(line) for path in sorted(directory.glob("access-*.jsonl"))
                    for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        if {r["protocol"] for r in records} >= {"sparktide", "dify"}:
+        if done(records):
             return records
         time.sleep(0.2)
     raise AssertionError(f"the access record holds {records}")
@@ -106,8 +111,9 @@ async def served(engine: Any, tmp_path: Path) -> Any:
         sections={"access_log": {"sinks": ["file"], "directory": str(tmp_path / "access"), "flush_interval_s": 0.1,
                                  "max_delay_s": 5}})
 
-    def serve(**otel: str) -> Served:
-        return Served(config, {**TEST_ENV, "OTEL_BSP_SCHEDULE_DELAY": "100", **otel}, tmp_path / f"{uuid.uuid4()}.log")
+    def serve(*args: str, **otel: str) -> Served:
+        return Served(config, {**TEST_ENV, "OTEL_BSP_SCHEDULE_DELAY": "100", **otel}, tmp_path / f"{uuid.uuid4()}.log",
+                      args=args)
 
     yield serve
     await admin.drop(engine, kb)
@@ -172,6 +178,29 @@ async def test_sparktide_and_dify_calls_are_traced_without_query_or_content(serv
         assert {k: tags(server)[k] for k in ("sparktide.run_id", "sparktide.trace_id", "sparktide.execution_id")} \
             == {"sparktide.run_id": "run-traced", "sparktide.trace_id": "trace-traced",
                 "sparktide.execution_id": execution}
+    finally:
+        app.stop()
+
+
+async def test_every_worker_exports_its_spans(served: Any, jaeger: str, tmp_path: Path) -> None:
+    """`serve --workers 2`: requests answered by each worker (the access record names the worker's pid) and every
+    answer's trace in Jaeger, found by the trace id its record carries."""
+    service = f"es-provider-workers-{uuid.uuid4().hex[:8]}"
+    app = served("--workers", "2", OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:4318", OTEL_SERVICE_NAME=service)
+    try:
+        sent = 0
+        records: list[dict[str, Any]] = []
+        while sent < 100 and len({r["worker"] for r in records}) < 2:  # new connections: the kernel spreads them
+            for _ in range(10):
+                status, answer = post(app.base, "/retrieval", {
+                    "knowledge_id": "project-documents", "query": QUERY,
+                    "retrieval_setting": {"top_k": 3, "score_threshold": 0.0}}, {"Authorization": f"Bearer {API_KEY}"})
+                assert status == 200 and answer["records"], answer
+            sent += 10
+            records = access_records(tmp_path / "access", lambda found: len(found) >= sent)  # noqa: B023
+        assert len({r["worker"] for r in records}) == 2, records
+        found = {t["traceID"] for t in traces(jaeger, service, len(records))}
+        assert {r["otel_trace_id"] for r in records} <= found
     finally:
         app.stop()
 

@@ -30,9 +30,10 @@ from typing import Any
 from es_provider.core.cores import usable_cores
 
 log = logging.getLogger("es_provider.workers")
-# How long a stopping worker may take to finish its in-flight requests before it is killed: aiohttp's own
-# graceful-shutdown limit, plus a margin.
-STOP_TIMEOUT_S = 70.0
+# How long a stopping worker may take before it is killed: aiohttp's own graceful-shutdown limit for in-flight
+# requests (60 s), then the access record's wait for its sinks to take what is queued (audit/recorder.py
+# CLOSE_WAIT_S, 15 s), plus a margin — so a slow stop is never cut between the answers and their records.
+STOP_TIMEOUT_S = 80.0
 
 
 def count(value: str) -> int:

@@ -11,6 +11,7 @@ call: nothing is recorded or sent. An exporter that fails or hangs never touches
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -114,6 +115,8 @@ def configure(environ: Mapping[str, str], exporter: SpanExporter | None = None) 
 
 def ids() -> dict[str, Any]:
     """The current span's trace and span ids as the logs and the access record carry them (hex), or {}."""
+    if not _on:
+        return {}
     context = trace.get_current_span().get_span_context()
     if not context.is_valid:
         return {}
@@ -176,6 +179,9 @@ def _span(name: str, attributes: Mapping[str, str | int],
                                       set_status_on_exception=False) as span:
         try:
             yield span
+        except asyncio.CancelledError:
+            span.set_attribute("es_provider.cancelled", True)  # the caller left (or the deadline): not our error
+            raise
         except BaseException as exc:
             span.set_attribute("error.type", type(exc).__name__)
             span.set_status(trace.StatusCode.ERROR)

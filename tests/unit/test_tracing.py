@@ -1,13 +1,15 @@
-"""core/tracing.py: when traces are on, which protocol, the default service name, counted drops, log ids."""
+"""core/tracing.py: when traces are on, which protocol, the default service name, counted drops, log ids, stages."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from es_provider.core import tracing
 
@@ -75,10 +77,39 @@ def test_spans_the_exporter_could_not_send_are_counted(result: SpanExportResult 
     assert counted.dropped_spans == dropped
 
 
-def test_log_ids_are_the_current_spans_in_hex() -> None:
+def test_log_ids_are_the_current_spans_in_hex(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert tracing.ids() == {}  # off: no ids, whatever context there is
+    monkeypatch.setattr(tracing, "_on", True)
     assert tracing.ids() == {}
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
     with provider.get_tracer("test").start_as_current_span("request") as span:
         context = span.get_span_context()
         assert tracing.ids() == {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
+
+
+@pytest.mark.parametrize(("raised", "error", "cancelled"), [
+    (ValueError, "ValueError", None),  # a failure inside a stage marks it an error, by type only
+    (asyncio.CancelledError, None, True),  # the caller left or the deadline came: not the stage's error
+])
+def test_a_failed_step_is_an_error_and_a_cancelled_one_is_not(monkeypatch: pytest.MonkeyPatch,
+                                                              raised: type[BaseException], error: str | None,
+                                                              cancelled: bool | None) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(tracing, "TRACER", provider.get_tracer("test"))
+    monkeypatch.setattr(tracing, "_on", True)
+    with pytest.raises(raised), tracing.step("admission wait"):
+        raise raised("secret detail")
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes is not None
+    assert span.attributes.get("error.type") == error and span.attributes.get("es_provider.cancelled") == cancelled
+    assert (span.status.status_code is StatusCode.ERROR) == (error is not None)
+    assert "secret detail" not in str(dict(span.attributes)) and not span.events
+
+
+def test_a_step_with_traces_off_is_one_shared_no_op() -> None:
+    assert tracing.step("identity") is tracing.step("recheck")
+    with tracing.step("identity") as span:
+        assert not span.is_recording()

@@ -506,3 +506,29 @@ def test_the_charts_app_version_is_the_packages() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert chart["apiVersion"] == "v2" and chart["appVersion"] == project["version"]
     assert serving("default")[1]["image"] == f"es-provider:{project['version']}"
+
+
+# --- the review's findings: each a values file (in tmp_path) refused with a clear message, or rendered right ---------
+
+def template_file(tmp_path: Path, values: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    return run_helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, values=path)
+
+
+# case → (values, what helm must say, a secret value it must NOT say or None)
+REFUSED: dict[str, tuple[dict[str, Any], str, str | None]] = {
+    "networkPolicy with no ingress peers": (
+        {"networkPolicy": {"enabled": True, "ingressFrom": []}},
+        "networkPolicy.ingressFrom is empty: an ingress rule with no peers admits every source", None),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_a_values_file_that_cannot_be_right_is_refused_clearly(case: str, tmp_path: Path) -> None:
+    values, said, secret = REFUSED[case]
+    done = template_file(tmp_path, values)
+    assert done.returncode != 0, f"rendered: {done.stdout[:500]}"
+    assert said in done.stderr, done.stderr
+    if secret is not None:
+        assert secret not in done.stderr + done.stdout, done.stderr

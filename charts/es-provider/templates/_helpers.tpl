@@ -137,6 +137,9 @@ extraEnv sets no secret, the worker count has a CPU limit to come from.
 {{- if and .Values.engine.tls.ca.existingSecret .Values.engine.tls.ca.existingConfigMap -}}
 {{- fail "engine.tls.ca: existingSecret or existingConfigMap, not both" -}}
 {{- end -}}
+{{- if and .Values.networkPolicy.enabled (empty .Values.networkPolicy.ingressFrom) -}}
+{{- fail "networkPolicy.ingressFrom is empty: an ingress rule with no peers admits every source. List the peers that may reach the http port (e.g. `- podSelector: {}` for the release namespace's pods, plus your ingress controller's and Prometheus' namespaces), or set networkPolicy.enabled: false" -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The jobs' engine: `engine` with jobs.engine's auth (and client certificate, when given) in place of its own. */}}

@@ -516,11 +516,23 @@ def template_file(tmp_path: Path, values: dict[str, Any]) -> subprocess.Complete
     return run_helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, values=path)
 
 
+ACCESS_ENGINE_TOML = '[access_log.engine]\nurl = "https://audit:9200"\nusername = "audit"\npassword_ref = "AUDIT_PASSWORD"\n'
+
+
 # case → (values, what helm must say, a secret value it must NOT say or None)
 REFUSED: dict[str, tuple[dict[str, Any], str, str | None]] = {
     "networkPolicy with no ingress peers": (
         {"networkPolicy": {"enabled": True, "ingressFrom": []}},
         "networkPolicy.ingressFrom is empty: an ingress rule with no peers admits every source", None),
+    "the jobs' [access_log.engine] password with no jobs.secretEnv entry": (
+        {"config": {"toml": ACCESS_ENGINE_TOML}, "secretEnv": {"AUDIT_PASSWORD": {"existingSecret": "s", "key": "k"}},
+         "jobs": {"prepare": {"enabled": True}}},
+        "[access_log.engine] password_ref names AUDIT_PASSWORD, which the admin jobs need", None),
+    "the jobs' [access_log.engine] API key with no jobs.secretEnv entry (kb create alone)": (
+        {"config": {"toml": ACCESS_ENGINE_TOML.replace("password_ref", "api_key_ref").replace('username = "audit"\n', "")},
+         "secretEnv": {"AUDIT_PASSWORD": {"existingSecret": "s", "key": "k"}},
+         "jobs": {"kbCreate": {"knowledgeBases": ["kb"]}}},
+        "add jobs.secretEnv.AUDIT_PASSWORD: {existingSecret: <Secret>, key: <key>}", None),
 }
 
 
@@ -532,3 +544,16 @@ def test_a_values_file_that_cannot_be_right_is_refused_clearly(case: str, tmp_pa
     assert said in done.stderr, done.stderr
     if secret is not None:
         assert secret not in done.stderr + done.stdout, done.stderr
+
+
+def test_the_jobs_get_the_access_record_clusters_password_from_jobs_secret_env(tmp_path: Path) -> None:
+    values = {"config": {"toml": ACCESS_ENGINE_TOML},
+              "secretEnv": {"AUDIT_PASSWORD": {"existingSecret": "s", "key": "k"}},
+              "jobs": {"prepare": {"enabled": True}, "secretEnv": {"AUDIT_PASSWORD": {"existingSecret": "s", "key": "k"}}}}
+    done = template_file(tmp_path, values)
+    assert done.returncode == 0, done.stderr
+    for doc in yaml.safe_load_all(done.stdout):
+        if doc and doc["kind"] in ("Job", "CronJob"):
+            spec = doc["spec"]["jobTemplate"]["spec"] if doc["kind"] == "CronJob" else doc["spec"]
+            for container in containers(spec["template"]["spec"]):
+                assert "AUDIT_PASSWORD_FILE" in {item["name"] for item in container["env"]}

@@ -113,6 +113,17 @@ extraEnv sets no secret, the worker count has a CPU limit to come from.
 {{- fail (printf "config.toml names the secret %s (a *_ref) but secretEnv has no entry for it: add secretEnv.%s: {existingSecret: <Secret>, key: <key>}" . .) -}}
 {{- end -}}
 {{- end -}}
+{{- if include "es-provider.jobsEnabled" . -}}
+{{- /* The jobs get jobs.secretEnv (and the chart's own [opensearch] files), never secretEnv: `prepare` also connects
+to [access_log.engine]'s cluster, so the refs of its credentials must be there. */ -}}
+{{- $accessEngine := dig "access_log" "engine" (dict) (include "es-provider.parsedConfig" . | fromJson) -}}
+{{- range $field := list "password_ref" "api_key_ref" -}}
+{{- $ref := get $accessEngine $field -}}
+{{- if and $ref (kindIs "string" $ref) (not (hasKey $.Values.jobs.secretEnv $ref)) -}}
+{{- fail (printf "config.toml's [access_log.engine] %s names %s, which the admin jobs need (`es-provider prepare` connects to the access record's cluster too), but jobs.secretEnv has no entry for it (the jobs get jobs.secretEnv, not secretEnv): add jobs.secretEnv.%s: {existingSecret: <Secret>, key: <key>}" $field $ref $ref) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- range $name, $_ := merge (dict) .Values.secretEnv .Values.jobs.secretEnv -}}
 {{- if has $name $reserved -}}
 {{- fail (printf "secretEnv.%s: the chart sets %s_FILE itself for [opensearch] (engine.auth): choose another name" $name $name) -}}

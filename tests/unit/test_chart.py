@@ -557,3 +557,22 @@ def test_the_jobs_get_the_access_record_clusters_password_from_jobs_secret_env(t
             spec = doc["spec"]["jobTemplate"]["spec"] if doc["kind"] == "CronJob" else doc["spec"]
             for container in containers(spec["template"]["spec"]):
                 assert "AUDIT_PASSWORD_FILE" in {item["name"] for item in container["env"]}
+
+
+# What the chart's comments and its guide must say (and must not), so the two keep agreeing.
+DOCS_SAY: dict[str, tuple[Path, str | None, str | None]] = {
+    "values.yaml: only the engine's credentials are re-read": (
+        CHART / "values.yaml", "only the engine's credentials", "the service re-reads the file when it changes"),
+    "values.yaml: the others are read once at start": (CHART / "values.yaml", "read once at start", None),
+    "kubernetes.md: the others are read at start": (ROOT / "docs" / "kubernetes.md", "is read at start", None),
+}
+
+
+@pytest.mark.parametrize("case", DOCS_SAY)
+def test_the_comments_and_the_guide_say_it_right(case: str) -> None:
+    path, says, never = DOCS_SAY[case]
+    text = " ".join(path.read_text(encoding="utf-8").replace("#", " ").split())
+    if says is not None:
+        assert says in text, f"{path.name} does not say {says!r}"
+    if never is not None:
+        assert never not in text, f"{path.name} says {never!r}"

@@ -576,3 +576,31 @@ def test_the_comments_and_the_guide_say_it_right(case: str) -> None:
         assert says in text, f"{path.name} does not say {says!r}"
     if never is not None:
         assert never not in text, f"{path.name} says {never!r}"
+
+
+def _kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [doc for doc in docs if doc["kind"] == kind]
+
+
+# case → (values, a check of the rendered objects: each must also pass the Kubernetes 1.37 strict schemas)
+RENDERS: dict[str, tuple[dict[str, Any], Any]] = {
+    "strategy Recreate without the default's rollingUpdate": (
+        {"strategy": {"type": "Recreate"}, "replicaCount": 1, "podDisruptionBudget": {"enabled": False}},
+        lambda docs: _kind(docs, "Deployment")[0]["spec"]["strategy"] == {"type": "Recreate"}),
+    "strategy RollingUpdate keeps its rollingUpdate": (
+        {},
+        lambda docs: _kind(docs, "Deployment")[0]["spec"]["strategy"] == {
+            "type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}),
+}
+
+
+@pytest.mark.parametrize("case", RENDERS)
+def test_a_values_file_renders_the_right_manifest(case: str, tmp_path: Path) -> None:
+    values, check = RENDERS[case]
+    done = template_file(tmp_path, values)
+    assert done.returncode == 0, done.stderr
+    docs = [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+    for doc in docs:
+        if doc["kind"] != "ServiceMonitor":
+            kubernetes_validate.validate(doc, KUBERNETES[-1], strict=True)
+    assert check(docs), yaml.safe_dump_all(docs)[:3000]

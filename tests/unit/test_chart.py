@@ -533,6 +533,25 @@ REFUSED: dict[str, tuple[dict[str, Any], str, str | None]] = {
          "secretEnv": {"AUDIT_PASSWORD": {"existingSecret": "s", "key": "k"}},
          "jobs": {"kbCreate": {"knowledgeBases": ["kb"]}}},
         "add jobs.secretEnv.AUDIT_PASSWORD: {existingSecret: <Secret>, key: <key>}", None),
+    "a budget keeping every replica": (
+        {"replicaCount": 2, "podDisruptionBudget": {"minAvailable": 2}},
+        "podDisruptionBudget.minAvailable 2 keeps all 2 pods (replicaCount): a budget that allows no disruption", None),
+    "a budget keeping more than the replicas": (
+        {"replicaCount": 1, "podDisruptionBudget": {"minAvailable": 2}},
+        "blocks every node drain", None),
+    "a budget keeping the autoscaler's minimum": (
+        {"autoscaling": {"enabled": True, "minReplicas": 3}, "podDisruptionBudget": {"minAvailable": 3}},
+        "keeps all 3 pods (autoscaling.minReplicas)", None),
+    "a budget keeping 100%": (
+        {"podDisruptionBudget": {"minAvailable": "100%"}}, "minAvailable 100% keeps all 2 pods", None),
+    "a budget keeping 60% of one replica (rounded up)": (
+        {"replicaCount": 1, "podDisruptionBudget": {"minAvailable": "60%"}}, "keeps all 1 pods", None),
+    "a budget with maxUnavailable 0": (
+        {"podDisruptionBudget": {"maxUnavailable": 0}},
+        "podDisruptionBudget.maxUnavailable 0: a budget that allows no disruption blocks every node drain", None),
+    "a budget with maxUnavailable 0%": (
+        {"podDisruptionBudget": {"maxUnavailable": "0%"}}, "maxUnavailable 0%: a budget that allows no disruption",
+        None),
 }
 
 
@@ -591,6 +610,12 @@ RENDERS: dict[str, tuple[dict[str, Any], Any]] = {
         {},
         lambda docs: _kind(docs, "Deployment")[0]["spec"]["strategy"] == {
             "type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}),
+    "a budget that lets one of three go": (
+        {"replicaCount": 3, "podDisruptionBudget": {"minAvailable": 2}},
+        lambda docs: _kind(docs, "PodDisruptionBudget")[0]["spec"]["minAvailable"] == 2),
+    "a budget of 50% of two replicas": (
+        {"podDisruptionBudget": {"minAvailable": "50%"}},
+        lambda docs: _kind(docs, "PodDisruptionBudget")[0]["spec"]["minAvailable"] == "50%"),
 }
 
 

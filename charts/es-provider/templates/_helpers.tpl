@@ -148,6 +148,23 @@ to [access_log.engine]'s cluster, so the refs of its credentials must be there. 
 {{- if and .Values.engine.tls.ca.existingSecret .Values.engine.tls.ca.existingConfigMap -}}
 {{- fail "engine.tls.ca: existingSecret or existingConfigMap, not both" -}}
 {{- end -}}
+{{- $pdb := .Values.podDisruptionBudget -}}
+{{- $replicas := ternary .Values.autoscaling.minReplicas .Values.replicaCount .Values.autoscaling.enabled | int -}}
+{{- $counted := ternary "autoscaling.minReplicas" "replicaCount" .Values.autoscaling.enabled -}}
+{{- if and $pdb.enabled (gt $replicas 0) -}}
+{{- if not (kindIs "invalid" $pdb.minAvailable) -}}
+{{- $min := toString $pdb.minAvailable -}}
+{{- $kept := atoi (trimSuffix "%" $min) -}}
+{{- if hasSuffix "%" $min -}}
+{{- $kept = div (add (mul $kept $replicas) 99) 100 -}}
+{{- end -}}
+{{- if and (gt $kept 0) (ge $kept $replicas) -}}
+{{- fail (printf "podDisruptionBudget.minAvailable %s keeps all %d pods (%s): a budget that allows no disruption blocks every node drain. Set minAvailable below %d, or maxUnavailable: 1 (minAvailable: null), or podDisruptionBudget.enabled: false" $min $replicas $counted $replicas) -}}
+{{- end -}}
+{{- else if eq (atoi (trimSuffix "%" (toString $pdb.maxUnavailable))) 0 -}}
+{{- fail (printf "podDisruptionBudget.maxUnavailable %s: a budget that allows no disruption blocks every node drain. Set maxUnavailable: 1 (or more), or podDisruptionBudget.enabled: false" (toString $pdb.maxUnavailable)) -}}
+{{- end -}}
+{{- end -}}
 {{- if and .Values.networkPolicy.enabled (empty .Values.networkPolicy.ingressFrom) -}}
 {{- fail "networkPolicy.ingressFrom is empty: an ingress rule with no peers admits every source. List the peers that may reach the http port (e.g. `- podSelector: {}` for the release namespace's pods, plus your ingress controller's and Prometheus' namespaces), or set networkPolicy.enabled: false" -}}
 {{- end -}}

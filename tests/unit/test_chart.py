@@ -552,6 +552,11 @@ REFUSED: dict[str, tuple[dict[str, Any], str, str | None]] = {
     "a budget with maxUnavailable 0%": (
         {"podDisruptionBudget": {"maxUnavailable": "0%"}}, "maxUnavailable 0%: a budget that allows no disruption",
         None),
+    "podLabels overriding the component": (
+        {"podLabels": {"app.kubernetes.io/component": "api"}},
+        "podLabels.app.kubernetes.io/component: the chart sets the app.kubernetes.io/* labels itself", None),
+    "podLabels overriding the name": (
+        {"podLabels": {"team": "search", "app.kubernetes.io/name": "x"}}, "podLabels.app.kubernetes.io/name:", None),
 }
 
 
@@ -616,6 +621,11 @@ RENDERS: dict[str, tuple[dict[str, Any], Any]] = {
     "a budget of 50% of two replicas": (
         {"podDisruptionBudget": {"minAvailable": "50%"}},
         lambda docs: _kind(docs, "PodDisruptionBudget")[0]["spec"]["minAvailable"] == "50%"),
+    "podLabels of one's own beside the selector's": (
+        {"podLabels": {"example.com/team": "search"}},
+        lambda docs: _kind(docs, "Deployment")[0]["spec"]["template"]["metadata"]["labels"] == {
+            "app.kubernetes.io/name": "es-provider", "app.kubernetes.io/instance": RELEASE,
+            "app.kubernetes.io/component": "server", "example.com/team": "search"}),
 }
 
 

@@ -148,6 +148,11 @@ to [access_log.engine]'s cluster, so the refs of its credentials must be there. 
 {{- if and .Values.engine.tls.ca.existingSecret .Values.engine.tls.ca.existingConfigMap -}}
 {{- fail "engine.tls.ca: existingSecret or existingConfigMap, not both" -}}
 {{- end -}}
+{{- range $key, $_ := .Values.podLabels -}}
+{{- if hasPrefix "app.kubernetes.io/" $key -}}
+{{- fail (printf "podLabels.%s: the chart sets the app.kubernetes.io/* labels itself (the Deployment's selector, the Service's, the budget's and the policy's are made of them): choose a key of your own domain" $key) -}}
+{{- end -}}
+{{- end -}}
 {{- $pdb := .Values.podDisruptionBudget -}}
 {{- $replicas := ternary .Values.autoscaling.minReplicas .Values.replicaCount .Values.autoscaling.enabled | int -}}
 {{- $counted := ternary "autoscaling.minReplicas" "replicaCount" .Values.autoscaling.enabled -}}

@@ -557,6 +557,44 @@ REFUSED: dict[str, tuple[dict[str, Any], str, str | None]] = {
         "podLabels.app.kubernetes.io/component: the chart sets the app.kubernetes.io/* labels itself", None),
     "podLabels overriding the name": (
         {"podLabels": {"team": "search", "app.kubernetes.io/name": "x"}}, "podLabels.app.kubernetes.io/name:", None),
+    # Secrets through free-form values: refused by name, the value never in Helm's message.
+    "extraEnv: a proxy URL with credentials": (
+        {"extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy-user:LEAK-proxy-pw-19@proxy:3128"}]},
+        "extraEnv.HTTPS_PROXY is a URL with credentials in it", "LEAK-proxy-pw-19"),
+    "extraEnv: OPENSEARCH_URL": (
+        {"extraEnv": [{"name": "OPENSEARCH_URL", "value": "https://admin:LEAK-os-url-pw-77@es:9200"}]},
+        "extraEnv.OPENSEARCH_URL: the engine's URL is engine.url", "LEAK-os-url-pw-77"),
+    "extraEnv: OPENSEARCH_URL_FILE": (
+        {"extraEnv": [{"name": "OPENSEARCH_URL_FILE", "value": "/etc/url"}]},
+        "extraEnv.OPENSEARCH_URL_FILE: the engine's URL is engine.url", None),
+    "extraEnv: a password by name": (
+        {"extraEnv": [{"name": "SMTP_PASSWORD", "value": "LEAK-smtp-pw-31"}]},
+        "extraEnv.SMTP_PASSWORD: a secret's value in extraEnv", "LEAK-smtp-pw-31"),
+    "config.toml: [access_log.engine] url with credentials": (
+        {"config": {"toml": '[access_log.engine]\nurl = "https://audit:LEAK-audit-url-pw-05@audit:9200"\n'}},
+        "config.toml: access_log.engine.url is a URL with credentials in it", "LEAK-audit-url-pw-05"),
+    "config.toml: a URL with credentials in a list": (
+        {"config": {"toml": '[[knowledge]]\nid = "kb"\nurls = ["https://u:LEAK-list-pw-62@x:9200"]\n'}},
+        "config.toml: knowledge[0].urls[0] is a URL with credentials in it", "LEAK-list-pw-62"),
+    "config.toml: password =": (
+        {"config": {"toml": '[access_log.engine]\nurl = "https://audit:9200"\nusername = "u"\n'
+                            'password = "LEAK-literal-pw-48"\n'}},
+        "config.toml: access_log.engine.password holds a secret literally", "LEAK-literal-pw-48"),
+    "config.toml: api_key =": (
+        {"config": {"toml": '[embedders.remote]\napi_key = "LEAK-literal-api-key-90"\n'}},
+        "config.toml: embedders.remote.api_key holds a secret literally", "LEAK-literal-api-key-90"),
+    "config.toml: token =": (
+        {"config": {"toml": '[scim]\ntoken = "LEAK-literal-token-13"\n'}},
+        "name an environment variable instead (token_ref", "LEAK-literal-token-13"),
+    "config.toml: secret = in an array of tables": (
+        {"config": {"toml": '[[knowledge]]\nid = "kb"\nsecret = "LEAK-literal-secret-27"\n'}},
+        "config.toml: knowledge[0].secret holds a secret literally", "LEAK-literal-secret-27"),
+    "config.toml: key =": (
+        {"config": {"toml": '[[api_keys]]\nkey = "LEAK-literal-key-66"\napp = "a"\n'}},
+        "config.toml: api_keys[0].key holds a secret literally", "LEAK-literal-key-66"),
+    "otel.env: an endpoint with credentials": (
+        {"otel": {"env": {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://tenant:LEAK-otlp-pw-83@otlp.example:4318"}}},
+        "otel.env.OTEL_EXPORTER_OTLP_ENDPOINT is a URL with credentials in it", "LEAK-otlp-pw-83"),
 }
 
 
@@ -626,6 +664,11 @@ RENDERS: dict[str, tuple[dict[str, Any], Any]] = {
         lambda docs: _kind(docs, "Deployment")[0]["spec"]["template"]["metadata"]["labels"] == {
             "app.kubernetes.io/name": "es-provider", "app.kubernetes.io/instance": RELEASE,
             "app.kubernetes.io/component": "server", "example.com/team": "search"}),
+    "extraEnv, otel.env and a config URL without credentials": (
+        {"extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}, {"name": "NO_PROXY", "value": "a@b"}],
+         "otel": {"env": {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/v1?x=a@b"}},
+         "config": {"toml": '[access_log]\nurl = "https://audit:9200/p@th"\n[server]\nmax_concurrency_per_key = 4\n'}},
+        lambda docs: len(_kind(docs, "Deployment")) == 1),
 }
 
 

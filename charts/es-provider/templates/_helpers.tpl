@@ -101,6 +101,44 @@ holds [opensearch] (the chart writes that table from `engine`).
 {{- include "es-provider.refsIn" $parsed | splitList "\n" | compact | uniq | sortAlpha | toJson -}}
 {{- end -}}
 
+{{/* A URL carrying credentials (userinfo: user[:password]@host). Matched, never printed. */}}
+{{- define "es-provider.userinfoPattern" -}}[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]*@{{- end -}}
+
+{{/*
+The places of a parsed TOML value that hold a secret literally, one a line: "literal PATH" for a string under a key
+named as a secret (password, token, secret, key, api_key, ..., never *_ref), "url PATH" for a URL with userinfo.
+Only the paths: a value is never part of the output (Helm prints fail's message).
+*/}}
+{{- define "es-provider.secretsIn" -}}
+{{- $path := .path -}}
+{{- $userinfo := include "es-provider.userinfoPattern" . -}}
+{{- if kindIs "map" .value -}}
+{{- range $key, $value := .value -}}
+{{- $here := ternary $key (printf "%s.%s" $path $key) (eq $path "") -}}
+{{- if kindIs "string" $value -}}
+{{- if and $value (regexMatch "(?i)^(.*_)?(password|passwd|secret|token|api_?key|key|credentials?)$" $key) }}
+literal {{ $here }}
+{{- else if regexMatch $userinfo $value }}
+url {{ $here }}
+{{- end -}}
+{{- else }}
+{{ include "es-provider.secretsIn" (dict "path" $here "value" $value) }}
+{{- end -}}
+{{- end -}}
+{{- else if kindIs "slice" .value -}}
+{{- range $i, $value := .value -}}
+{{- $here := printf "%s[%d]" $path $i -}}
+{{- if kindIs "string" $value -}}
+{{- if regexMatch $userinfo $value }}
+url {{ $here }}
+{{- end -}}
+{{- else }}
+{{ include "es-provider.secretsIn" (dict "path" $here "value" $value) }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/*
 The checks no schema can make: each *_ref has a secretEnv entry, no secretEnv name is one the chart keeps for itself,
 extraEnv sets no secret, the worker count has a CPU limit to come from.
@@ -127,6 +165,31 @@ to [access_log.engine]'s cluster, so the refs of its credentials must be there. 
 {{- range $name, $_ := merge (dict) .Values.secretEnv .Values.jobs.secretEnv -}}
 {{- if has $name $reserved -}}
 {{- fail (printf "secretEnv.%s: the chart sets %s_FILE itself for [opensearch] (engine.auth): choose another name" $name $name) -}}
+{{- end -}}
+{{- end -}}
+{{- $userinfo := include "es-provider.userinfoPattern" . -}}
+{{- range $found := include "es-provider.secretsIn" (dict "path" "" "value" (include "es-provider.parsedConfig" . | fromJson)) | splitList "\n" | compact -}}
+{{- $where := splitList " " $found -}}
+{{- if eq (first $where) "literal" -}}
+{{- fail (printf "config.toml: %s holds a secret literally (the value is not shown): no secret goes in the configuration; name an environment variable instead (%s_ref = \"NAME\", as docs/configuration.md has it) and give it a secretEnv entry (a Secret)" (last $where) (last $where | splitList "." | last)) -}}
+{{- else -}}
+{{- fail (printf "config.toml: %s is a URL with credentials in it (user:password@; the value is not shown): give the URL without them, and the credentials by reference (password_ref / api_key_ref with a secretEnv entry)" (last $where)) -}}
+{{- end -}}
+{{- end -}}
+{{- range $name, $value := .Values.otel.env -}}
+{{- if regexMatch $userinfo (toString $value) -}}
+{{- fail (printf "otel.env.%s is a URL with credentials in it (userinfo@; the value is not shown): give the endpoint without them; the collector's credentials go in otel.headersSecret (OTEL_EXPORTER_OTLP_HEADERS from a Secret)" $name) -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.extraEnv -}}
+{{- if has .name (list "OPENSEARCH_URL" "OPENSEARCH_URL_FILE") -}}
+{{- fail (printf "extraEnv.%s: the engine's URL is engine.url (the chart writes [opensearch] url from it), its credentials engine.auth's Secret: not extraEnv" .name) -}}
+{{- end -}}
+{{- if and .value (regexMatch $userinfo (toString .value)) -}}
+{{- fail (printf "extraEnv.%s is a URL with credentials in it (user:password@; the value is not shown): extraEnv is for non-secret values; credentials come from Secrets (engine.auth, secretEnv for a *_ref of the configuration)" .name) -}}
+{{- end -}}
+{{- if and .value (not (hasSuffix "_FILE" .name)) (regexMatch "(?i)(PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|CREDENTIAL)" .name) -}}
+{{- fail (printf "extraEnv.%s: a secret's value in extraEnv (the value is not shown): extraEnv is for non-secret values; credentials come from Secrets (engine.auth, secretEnv for a *_ref of the configuration)" .name) -}}
 {{- end -}}
 {{- end -}}
 {{- range .Values.extraEnv -}}

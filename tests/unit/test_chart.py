@@ -669,6 +669,21 @@ RENDERS: dict[str, tuple[dict[str, Any], Any]] = {
          "otel": {"env": {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/v1?x=a@b"}},
          "config": {"toml": '[access_log]\nurl = "https://audit:9200/p@th"\n[server]\nmax_concurrency_per_key = 4\n'}},
         lambda docs: len(_kind(docs, "Deployment")) == 1),
+    "the jobs get the server's extraEnv": (
+        {"extraEnv": [{"name": "TZ", "value": "Europe/Paris"}, {"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
+                      {"name": "MEM", "valueFrom": {"resourceFieldRef": {"containerName": "es-provider",
+                                                                          "resource": "limits.memory"}}}],
+         "jobs": {"prepare": {"enabled": True}, "kbCreate": {"knowledgeBases": ["kb"]}}},
+        lambda docs: all(
+            [(item["name"], item.get("value")) for item in container["env"]][-3:]
+            == [("TZ", "Europe/Paris"), ("HTTPS_PROXY", "http://proxy:3128"), ("MEM", None)]
+            and container["env"][-1]["valueFrom"]["resourceFieldRef"] == (
+                {"containerName": "es-provider", "resource": "limits.memory"} if doc["kind"] == "Deployment"
+                else {"resource": "limits.memory"})
+            for doc in docs if doc["kind"] in WORKLOADS
+            for container in containers(doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+                                        if doc["kind"] == "CronJob" else doc["spec"]["template"]["spec"]))
+        and len([doc for doc in docs if doc["kind"] in WORKLOADS]) == 3),
 }
 
 

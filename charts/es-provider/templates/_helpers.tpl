@@ -194,7 +194,8 @@ to [access_log.engine]'s cluster, so the refs of its credentials must be there. 
 {{- end -}}
 {{- range .Values.extraEnv -}}
 {{- $base := trimSuffix "_FILE" .name -}}
-{{- if or (has .name $refs) (has $base $refs) (hasKey $.Values.secretEnv .name) (hasKey $.Values.secretEnv $base) (has .name $reserved) (has $base $reserved) -}}
+{{- $secretEnv := merge (dict) $.Values.secretEnv $.Values.jobs.secretEnv -}}
+{{- if or (has .name $refs) (has $base $refs) (hasKey $secretEnv .name) (hasKey $secretEnv $base) (has .name $reserved) (has $base $reserved) -}}
 {{- fail (printf "extraEnv.%s: a secret the configuration names goes through secretEnv (a mounted Secret), not extraEnv" .name) -}}
 {{- end -}}
 {{- end -}}
@@ -500,6 +501,24 @@ priorityClassName: {{ . }}
 {{- include (print .Template.BasePath "/configmap.yaml") . | sha256sum -}}
 {{- end -}}
 
+{{/*
+extraEnv (non-secret: validate refuses the rest), for the server and the admin jobs alike: (dict "root" $ "jobs"
+<bool>). In a job a resourceFieldRef names no container (its containers are not es-provider; unnamed is its own).
+*/}}
+{{- define "es-provider.extraEnv" -}}
+{{- $items := list -}}
+{{- range .root.Values.extraEnv -}}
+{{- $item := deepCopy . -}}
+{{- if and $.jobs $item.valueFrom $item.valueFrom.resourceFieldRef -}}
+{{- $_ := unset $item.valueFrom.resourceFieldRef "containerName" -}}
+{{- end -}}
+{{- $items = append $items $item -}}
+{{- end -}}
+{{- with $items }}
+{{- toYaml . }}
+{{- end }}
+{{- end -}}
+
 {{/* One admin container: (dict "root" $ "name" <name> "args" <list of es-provider's arguments>). */}}
 {{- define "es-provider.adminContainer" -}}
 {{- $root := .root -}}
@@ -517,6 +536,9 @@ priorityClassName: {{ . }}
     {{- . | nindent 4 }}
     {{- end }}
     {{- with include "es-provider.secretEnvVars" $root.Values.jobs.secretEnv | trim }}
+    {{- . | nindent 4 }}
+    {{- end }}
+    {{- with include "es-provider.extraEnv" (dict "root" $root "jobs" true) | trim }}
     {{- . | nindent 4 }}
     {{- end }}
   resources:

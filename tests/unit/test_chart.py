@@ -59,7 +59,6 @@ SECRETS: dict[tuple[str, str], str] = {
     ("es-provider-keys", "agentarts-key"): "chart-test-agentarts-key-0b7e44",
     ("es-provider-keys", "dify-key"): "chart-test-dify-key-e91c3d",
     ("es-provider-keys", "workbench-key"): "chart-test-workbench-key-4f60b7",
-    ("es-provider-keys", "metrics-token"): "chart-test-metrics-token-28ad5c",
     ("es-provider-metrics", "token"): "chart-test-metrics-token-d31f90",
     ("es-provider-scim", "token"): "chart-test-scim-token-5519ce7a",
     ("es-provider-access", "query-key"): "chart-test-access-query-key-8e2b",
@@ -697,3 +696,29 @@ def test_a_values_file_renders_the_right_manifest(case: str, tmp_path: Path) -> 
         if doc["kind"] != "ServiceMonitor":
             kubernetes_validate.validate(doc, KUBERNETES[-1], strict=True)
     assert check(docs), yaml.safe_dump_all(docs)[:3000]
+
+
+def _docs_values() -> dict[str, Any]:
+    """The install example's values file in docs/kubernetes.md (step 3)."""
+    text = (ROOT / "docs" / "kubernetes.md").read_text(encoding="utf-8")
+    block = re.search(r"\*\*3\. The values\.\*\*.*?```yaml\n(.*?)```", text, re.S)
+    assert block is not None
+    return yaml.safe_load(block.group(1))
+
+
+@pytest.mark.parametrize("values", [*VALUE_SETS, "docs/kubernetes.md"])
+def test_the_metrics_token_has_a_secret_of_its_own(values: str) -> None:
+    """The ServiceMonitor sends the metrics token, so the Prometheus Operator reads its Secret: no other secret may
+    be in that one (it would read the platforms' keys too)."""
+    if values == "docs/kubernetes.md":
+        secret_env = _docs_values()["secretEnv"]
+    else:
+        secret_env = yaml.safe_load((CHART / "ci" / values).read_text(encoding="utf-8")).get("secretEnv", {}) \
+            if values != "default" else {}
+    token = secret_env.get("METRICS_TOKEN")
+    if token is None:
+        assert values not in ("docs/kubernetes.md", "basic-auth-ca-values.yaml", "everything-values.yaml")
+        return
+    shared = [name for name, ref in secret_env.items()
+              if name != "METRICS_TOKEN" and ref["existingSecret"] == token["existingSecret"]]
+    assert not shared, f"{values}: {shared} share the metrics token's Secret"

@@ -626,6 +626,12 @@ DOCS_SAY: dict[str, tuple[Path, str | None, str | None]] = {
         CHART / "values.yaml", "only the engine's credentials", "the service re-reads the file when it changes"),
     "values.yaml: the others are read once at start": (CHART / "values.yaml", "read once at start", None),
     "kubernetes.md: the others are read at start": (ROOT / "docs" / "kubernetes.md", "is read at start", None),
+    "kubernetes.md: spooled records die with an emptyDir": (
+        ROOT / "docs" / "kubernetes.md",
+        "records spooled during an engine outage are lost if the pod is deleted before the engine takes them back",
+        None),
+    "kubernetes.md: the options for the spool": (
+        ROOT / "docs" / "kubernetes.md", "or write the record with the `\"file\"` sink to a persistent volume", None),
 }
 
 
@@ -722,3 +728,31 @@ def test_the_metrics_token_has_a_secret_of_its_own(values: str) -> None:
     shared = [name for name, ref in secret_env.items()
               if name != "METRICS_TOKEN" and ref["existingSecret"] == token["existingSecret"]]
     assert not shared, f"{values}: {shared} share the metrics token's Secret"
+
+
+PVC = {"persistentVolumeClaim": {"claimName": "es-provider-cache"}}
+# case → (values, whether NOTES warns that spooled access records die with an emptyDir)
+SPOOL_NOTES: dict[str, tuple[dict[str, Any], bool]] = {
+    "default: the spool on an emptyDir": ({}, True),
+    "existingConfigMap: the spool on by default": ({"config": {"existingConfigMap": "mine"}}, True),
+    "index and file sinks: the index's spool": (
+        {"config": {"toml": '[access_log]\nsinks = ["index", "file"]\ndirectory = "/var/cache/es-provider/a"\n'}},
+        True),
+    "the cache on a persistent volume": ({"cacheVolume": {"source": PVC}, "replicaCount": 1}, False),
+    "spool = false": ({"config": {"toml": "[access_log]\nspool = false\n"}}, False),
+    "the file sink alone": (
+        {"config": {"toml": '[access_log]\nsinks = ["file"]\ndirectory = "/var/cache/es-provider/a"\n'}}, False),
+    "no access record": ({"config": {"toml": "[access_log]\nenabled = false\n"}}, False),
+    "spool_dir elsewhere": ({"config": {"toml": '[access_log]\nspool_dir = "/var/lib/spool"\n'}}, False),
+}
+
+
+@pytest.mark.parametrize("case", SPOOL_NOTES)
+def test_the_notes_warn_when_spooled_access_records_die_with_the_pod(case: str, tmp_path: Path) -> None:
+    values, warned = SPOOL_NOTES[case]
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    done = run_helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client", values=path)
+    assert done.returncode == 0, done.stderr
+    notes = done.stdout[done.stdout.index("NOTES:"):]
+    assert ("records spooled during an engine outage are LOST" in notes) is warned, notes

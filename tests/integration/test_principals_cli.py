@@ -4,33 +4,20 @@ groups written through the SCIM service's own handler (the same documents an ide
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
+from helpers.command import in_process
 from helpers.served import write_config
 
-from es_provider.cli import main
 from es_provider.identity import directory
 
 
 def run(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The command's own main (what `es-provider principals …` runs), in a thread of this process: it runs its own
-    event loop, and a new interpreter per call was most of this module's 30 s."""
-    out, err = io.StringIO(), io.StringIO()
-
-    def call() -> int:
-        with redirect_stdout(out), redirect_stderr(err):
-            return main(["principals", *args, "--config", str(config)])
-
-    with ThreadPoolExecutor(1) as pool:
-        code = pool.submit(call).result(timeout=120)
-    return subprocess.CompletedProcess(["es-provider", "principals", *args], code, out.getvalue(), err.getvalue())
+    return in_process("principals", *args, "--config", str(config))
 
 
 def show(config: Path, subject: str) -> dict[str, Any]:

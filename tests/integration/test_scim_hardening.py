@@ -311,19 +311,15 @@ async def test_a_patch_or_replacement_with_a_duplicate_key_is_refused(two, engin
 def test_principals_import_replace_still_works_now_that_a_removal_must_match(opensearch, engine, tmp_path) -> None:
     """`principals import --replace` deletes the users the file leaves out (they leave their groups), then makes
     each group equal to the file: it must not ask to remove members that already left (now 400 noTarget)."""
-    import os
-    import subprocess
-    import sys
-
+    from helpers.command import in_process
     from helpers.served import write_config
 
     index = f"test-principals-{uuid.uuid4().hex}"
     config = write_config(tmp_path / "config.toml", opensearch.url, [],
                           sections={"directory": {"enabled": True, "index": index}})
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "es_provider.cli", "principals", *args, "--config",
-                               str(config)], capture_output=True, text=True, env={**os.environ}, timeout=120)
+    def run(*args: str) -> Any:
+        return in_process("principals", *args, "--config", str(config))
 
     first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
     first.write_text('{"subject": "u-alice", "groups": ["eng"]}\n{"subject": "u-bob", "groups": ["eng"]}\n')

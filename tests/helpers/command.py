@@ -17,7 +17,10 @@ def in_process(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[
 
     def call() -> int:
         with redirect_stdout(out), redirect_stderr(err):
-            return main(list(argv))
+            try:
+                return main(list(argv))
+            except SystemExit as exit_:  # argparse's own refusals (usage on stderr), as the command exits
+                return exit_.code if isinstance(exit_.code, int) else 1
 
     with ThreadPoolExecutor(1) as pool:
         code = pool.submit(call).result(timeout=timeout)

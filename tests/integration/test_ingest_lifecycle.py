@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from helpers import served
 from helpers.calls import ROUTE, body, headers
+from helpers.command import in_process
 from helpers.interrupt import kill_once_written
 from helpers.setup import api_key, bearer, load_records, new_kb
 
@@ -243,8 +244,8 @@ async def test_killed_ingest_converges_on_a_rerun(opensearch, engine, kb, tmp_pa
 
 @pytest.mark.parametrize("args", [["--metadata", "novalue"], ["--subjects"]])
 def test_bad_ingest_options_exit_2(opensearch, kb, tmp_path, args) -> None:
-    result = cli(opensearch, "ingest", "--config", str(write_config(tmp_path, kb)), "--kb", kb.id, *args, str(FILES))
-    assert result.returncode == 2
+    result = in_process("ingest", "--config", str(write_config(tmp_path, kb)), "--kb", kb.id, *args, str(FILES))
+    assert result.returncode == 2 and result.stdout == "" and result.stderr
 
 
 # --- the command line's error boundary: one clear line and a non-zero exit, never a traceback ---
@@ -295,11 +296,11 @@ async def test_engine_failure_during_bulk_names_each_document(engine, opensearch
 def test_invalid_file_options_are_a_clear_message(opensearch, tmp_path) -> None:
     config = write_config(tmp_path, new_kb())
     (tmp_path / "a.txt").write_text("alpha")
-    done = cli(opensearch, "ingest", "--config", str(config), "--kb", "project-documents", "--tenant", "t" * 200,
-               str(tmp_path / "a.txt"))
+    done = in_process("ingest", "--config", str(config), "--kb", "project-documents", "--tenant", "t" * 200,
+                      str(tmp_path / "a.txt"))
     assert done.returncode == 2 and done.stderr == "es-provider: --tenant: String should have at most 128 characters\n"
-    done = cli(opensearch, "ingest", "--config", str(config), "--kb", "project-documents", "--groups", "g" * 200,
-               str(tmp_path / "a.txt"))
+    done = in_process("ingest", "--config", str(config), "--kb", "project-documents", "--groups", "g" * 200,
+                      str(tmp_path / "a.txt"))
     assert done.returncode == 2 and done.stderr.startswith("es-provider: --groups: ")
 
 

@@ -22,11 +22,11 @@ import pytest
 from aiohttp import web
 from helpers import served
 from helpers.calls import ROUTE, body, headers
+from helpers.command import in_process
 from helpers.interrupt import kill_once_written
 from helpers.proxy import EngineProxy
 from helpers.setup import api_key, bearer, new_kb
 
-from es_provider.cli import main
 from es_provider.core.deadline import fixed_budget
 from es_provider.engine.client import Engine
 from es_provider.ingest import admin, sync
@@ -381,10 +381,8 @@ async def test_a_dry_run_lists_what_would_go_and_changes_nothing(wiki, engine, k
     assert await chunks(engine, kb) == before
 
 
-def test_sync_without_a_source_and_dry_run_without_sync_are_refused(opensearch, kb, tmp_path, capsys,
-                                                                    monkeypatch) -> None:
+def test_sync_without_a_source_and_dry_run_without_sync_are_refused(opensearch, kb, tmp_path) -> None:
     """Refused before any engine call: the command's own main, in this process (five interpreters cost 20 s)."""
-    monkeypatch.setenv("OPENSEARCH_URL", opensearch.url)
     config = str(write_config(tmp_path, kb))
     (tmp_path / "a.md").write_text("alpha")
     cases = {("--sync",): "es-provider: --sync needs --source LABEL: the source whose documents this run mirrors "
@@ -395,9 +393,8 @@ def test_sync_without_a_source_and_dry_run_without_sync_are_refused(opensearch, 
              ("--source", "a\tb"): "es-provider: --source: no control characters (tabs, newlines)\n",
              ("--source", "s" * 129): "es-provider: --source: at most 128 characters\n"}
     for args, message in cases.items():
-        code = main(["ingest", "--config", config, "--kb", kb.id, *args, str(tmp_path / "a.md")])
-        said = capsys.readouterr()
-        assert (code, said.err, said.out) == (2, message, ""), args
+        done = in_process("ingest", "--config", config, "--kb", kb.id, *args, str(tmp_path / "a.md"))
+        assert (done.returncode, done.stderr, done.stdout) == (2, message, ""), args
 
 
 async def test_a_document_belongs_to_the_source_that_wrote_it(wiki, engine, kb, tmp_path) -> None:

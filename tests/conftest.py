@@ -305,6 +305,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 TIMING = (
     "tests/unit/test_readers.py::test_reading_is_linear_in_paragraphs",
     "tests/integration/test_hardening.py::test_a_search_stops_on_the_engine_when_its_budget_ends",
+    # answered within 0.6-1.0 s of an 800 ms deadline: fc21 took 1.44 s in the parallel run's load
+    "tests/integration/test_sparktide_answers.py::test_slow_engine_times_out_at_the_deadline",
     "tests/integration/test_reliability_hostile_costs.py::",
     "tests/integration/test_reliability_hostile_clients.py::",
     "tests/integration/test_reliability_load.py::",

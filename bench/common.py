@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -139,3 +140,53 @@ def config_text(url: str, knowledge: list[dict[str, Any]], api_knowledge: list[s
                  'subject = "bench-user"\n' f"knowledge = {json.dumps(api_knowledge)}\n")
     lines.append('[principals]\n"bench-user" = ["bench-readers"]\n')
     return "\n".join(lines)
+
+
+# --- one service process per mode, measured side by side (connections, traces) ---
+
+C1_REQUESTS, C1_WARMUP = 300, 30
+C16_REQUESTS, C16_WARMUP = 1600, 150
+
+
+def interleaved(services: dict[str, Served], route: str, bodies: list[dict[str, Any]],
+                rounds: int) -> dict[str, list[dict[str, float]]]:
+    """Each mode's rounds: p50 at concurrency 1, then the service's CPU per request at concurrency 16; the order
+    rotated every round, so drift falls on every mode."""
+    names = list(services)
+    rows: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            svc = services[name]
+            spec = {"mode": "service", "target": svc.base + route, "secret": SECRET, "bodies": bodies}
+            one = loadgen({**spec, "concurrency": 1, "requests": C1_REQUESTS, "warmup": C1_WARMUP})
+            before = svc.cpu_seconds()
+            many = loadgen({**spec, "concurrency": 16, "requests": C16_REQUESTS, "warmup": C16_WARMUP})
+            cpu = (svc.cpu_seconds() - before) / (C16_REQUESTS + C16_WARMUP) * 1000
+            c1 = summarise(one["latencies_ms"], one["elapsed_s"], one["errors"])
+            c16 = summarise(many["latencies_ms"], many["elapsed_s"], many["errors"])
+            rows[name].append({"p50_ms": c1["p50_ms"], "c16_p50_ms": c16["p50_ms"], "c16_rps": c16["rps"],
+                               "service_cpu_ms_per_request": round(cpu, 3), "errors": c1["errors"] + c16["errors"]})
+            print(f"  round {r + 1} {name}: c1 p50 {c1['p50_ms']} ms, c16 {c16['rps']} rps, "
+                  f"{cpu:.3f} ms CPU/request, {c1['errors'] + c16['errors']} errors", flush=True)
+    return rows
+
+
+def against(rows: dict[str, list[dict[str, float]]], baseline: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Each mode's rounds and medians; and each other mode's added p50 and CPU ratio against `baseline`, round by
+    round (the two ran back to back)."""
+    modes = {name: {"rounds": per, "median_round_p50_ms": round(statistics.median(x["p50_ms"] for x in per), 3),
+                    "median_round_cpu_ms_per_request": round(
+                        statistics.median(x["service_cpu_ms_per_request"] for x in per), 3),
+                    "errors": sum(x["errors"] for x in per)}
+             for name, per in rows.items()}
+    over: dict[str, Any] = {}
+    base = rows[baseline]
+    for name, per in rows.items():
+        if name == baseline:
+            continue
+        p50 = [round(a["p50_ms"] - b["p50_ms"], 3) for a, b in zip(per, base, strict=True)]
+        cpu = [round(a["service_cpu_ms_per_request"] / b["service_cpu_ms_per_request"], 3)
+               for a, b in zip(per, base, strict=True)]
+        over[name] = {"added_p50_ms": p50, "median_added_p50_ms": round(statistics.median(p50), 3),
+                      "cpu_ratio": cpu, "median_cpu_ratio": round(statistics.median(cpu), 3)}
+    return modes, over

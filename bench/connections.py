@@ -26,10 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.bodies import callback
-from bench.common import SECRET, config_text, loadgen, service, summarise
+from bench.common import against, config_text, interleaved, service
 
-C1_REQUESTS, C1_WARMUP = 300, 30
-C16_REQUESTS, C16_WARMUP = 1600, 150
 PASSWORD = "bench-engine-password"  # the bench's own, never a cluster's
 API_KEY = "bench-key-id:bench-key-secret"
 AWS = {"AWS_ACCESS_KEY_ID": "AKIDBENCHEXAMPLE", "AWS_SECRET_ACCESS_KEY": "bench/secret/access/key/example",
@@ -92,57 +90,17 @@ def _config(work: Path, name: str, url: str, kb: dict[str, Any], extra: list[str
     return path
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: int) -> dict[str, Any]:
     route = f"/agent/knowledge/{kb['id']}/1"
     bodies = [callback(kb["id"], q) for q in queries]
     fronts = Fronts(url, Path(tempfile.mkdtemp(prefix="es-provider-bench-tls-")))
     try:
         table = modes(fronts)
-        names = list(table)
-        rows: dict[str, list[dict[str, float]]] = {name: [] for name in names}
         with contextlib.ExitStack() as stack:  # every mode's service at once; only the measured one is loaded
             services = {name: stack.enter_context(service(_config(work, name, url, kb, extra), url, env=env))
                         for name, (url, extra, env) in table.items()}
-            for r in range(rounds):
-                order = names[r % len(names):] + names[:r % len(names)]  # rotated: drift falls on every mode
-                for name in order:
-                    svc = services[name]
-                    one = loadgen({"mode": "service", "target": svc.base + route, "secret": SECRET,
-                                   "bodies": bodies, "concurrency": 1, "requests": C1_REQUESTS,
-                                   "warmup": C1_WARMUP})
-                    before = svc.cpu_seconds()
-                    many = loadgen({"mode": "service", "target": svc.base + route, "secret": SECRET,
-                                    "bodies": bodies, "concurrency": 16, "requests": C16_REQUESTS,
-                                    "warmup": C16_WARMUP})
-                    cpu = (svc.cpu_seconds() - before) / (C16_REQUESTS + C16_WARMUP) * 1000
-                    c1 = summarise(one["latencies_ms"], one["elapsed_s"], one["errors"])
-                    c16 = summarise(many["latencies_ms"], many["elapsed_s"], many["errors"])
-                    rows[name].append({"p50_ms": c1["p50_ms"], "c16_p50_ms": c16["p50_ms"], "c16_rps": c16["rps"],
-                                       "service_cpu_ms_per_request": round(cpu, 3),
-                                       "errors": c1["errors"] + c16["errors"]})
-                    print(f"  round {r + 1} {name}: c1 p50 {c1['p50_ms']} ms, c16 {c16['rps']} rps, "
-                          f"{cpu:.3f} ms CPU/request, {c1['errors'] + c16['errors']} errors", flush=True)
+            rows = interleaved(services, route, bodies, rounds)
     finally:
         fronts.close()
-    out: dict[str, Any] = {"rounds": rounds, "modes": {}, "over_plain": {}}
-    for name, per in rows.items():
-        out["modes"][name] = {"rounds": per, "median_round_p50_ms": round(_median([x["p50_ms"] for x in per]), 3),
-                              "median_round_cpu_ms_per_request": round(
-                                  _median([x["service_cpu_ms_per_request"] for x in per]), 3),
-                              "errors": sum(x["errors"] for x in per)}
-    plain = rows["plain"]
-    for name, per in rows.items():
-        if name == "plain":
-            continue
-        p50 = [round(a["p50_ms"] - b["p50_ms"], 3) for a, b in zip(per, plain, strict=True)]
-        cpu = [round(a["service_cpu_ms_per_request"] / b["service_cpu_ms_per_request"], 3)
-               for a, b in zip(per, plain, strict=True)]
-        out["over_plain"][name] = {"added_p50_ms": p50, "median_added_p50_ms": round(_median(p50), 3),
-                                   "cpu_ratio": cpu, "median_cpu_ratio": round(_median(cpu), 3)}
-    return out
+    per_mode, over = against(rows, "plain")
+    return {"rounds": rounds, "modes": per_mode, "over_plain": over}

@@ -396,7 +396,6 @@ def _ratios(median: float, rounds: list[float]) -> str:
 
 
 def _connections(found: dict[str, Any]) -> list[str]:
-    modes, over = found["modes"], found["over_plain"]
     names = {"plain": "plain HTTP", "tls": "TLS (`ca_file`)", "basic": "TLS + basic auth", "api_key": "TLS + API key",
              "sigv4": "TLS + SigV4 (`[opensearch.aws]`)"}
     lines = ["## 15. Reaching a secured cluster: TLS, basic auth, API key and SigV4 against plain HTTP", "",
@@ -405,45 +404,38 @@ def _connections(found: dict[str, Any]) -> list[str]:
              "service's side differs (bench/connections.py). Medians of "
              f"{found['rounds']} interleaved rounds (order rotated each round), every round's figure in brackets; "
              "added p50 and the CPU ratio are each mode against plain HTTP within the same round.", "",
-             "| mode | c=1 p50 (ms) | added c=1 p50 (ms) | c=16 service CPU per request (ms) | CPU / plain | errors |",
-             "|---|---|---|---|---|---|"]
-    for name, row in modes.items():
-        p50 = ", ".join(f"{r['p50_ms']:.2f}" for r in row["rounds"])
-        cpu = ", ".join(f"{r['service_cpu_ms_per_request']:.3f}" for r in row["rounds"])
-        if name == "plain":
-            added = ratio = "—"
-        else:
-            o = over[name]
-            added = f"{o['median_added_p50_ms']:+.2f} ({', '.join(f'{x:+.2f}' for x in o['added_p50_ms'])})"
-            ratio = _ratios(o["median_cpu_ratio"], o["cpu_ratio"])
-        lines.append(f"| {names.get(name, name)} | {row['median_round_p50_ms']:.2f} ({p50}) | {added} | "
-                     f"{row['median_round_cpu_ms_per_request']:.3f} ({cpu}) | {ratio} | {row['errors']} |")
-    lines.append("")
+             *_against_table(found["modes"], found["over_plain"], "plain", names), ""]
     return lines
 
 
 def _traces(found: dict[str, Any]) -> list[str]:
-    modes, over = found["modes"], found["over_off"]
     lines = ["## 17. What traces cost (issue 41)", "",
              "The SparkTide route on sections 2 and 8's knowledge base, one service process per mode: traces off "
              "(no OTEL_* variable), on with sampling 0 (`parentbased_traceidratio` 0: spans created, none recorded) "
              "and on with every request sampled, exported with OTLP/HTTP to a real Jaeger (bench/traces.py). Medians "
              f"of {found['rounds']} interleaved rounds (order rotated each round), every round's figure in brackets; "
              "added p50 and the CPU ratio are each mode against off within the same round.", "",
-             "| mode | c=1 p50 (ms) | added c=1 p50 (ms) | c=16 service CPU per request (ms) | CPU / off | errors |",
-             "|---|---|---|---|---|---|"]
+             *_against_table(found["modes"], found["over_off"], "off"), ""]
+    return lines
+
+
+def _against_table(modes: dict[str, Any], over: dict[str, Any], baseline: str,
+                   names: dict[str, str] | None = None) -> list[str]:
+    """bench.common.against's figures as a table: each mode's medians with every round's figure in brackets, and
+    the added p50 and CPU ratio against `baseline`."""
+    lines = [f"| mode | c=1 p50 (ms) | added c=1 p50 (ms) | c=16 service CPU per request (ms) | CPU / {baseline} "
+             "| errors |", "|---|---|---|---|---|---|"]
     for name, row in modes.items():
         p50 = ", ".join(f"{r['p50_ms']:.2f}" for r in row["rounds"])
         cpu = ", ".join(f"{r['service_cpu_ms_per_request']:.3f}" for r in row["rounds"])
-        if name == "off":
+        if name == baseline:
             added = ratio = "—"
         else:
             o = over[name]
             added = f"{o['median_added_p50_ms']:+.2f} ({', '.join(f'{x:+.2f}' for x in o['added_p50_ms'])})"
             ratio = _ratios(o["median_cpu_ratio"], o["cpu_ratio"])
-        lines.append(f"| {name} | {row['median_round_p50_ms']:.2f} ({p50}) | {added} | "
+        lines.append(f"| {(names or {}).get(name, name)} | {row['median_round_p50_ms']:.2f} ({p50}) | {added} | "
                      f"{row['median_round_cpu_ms_per_request']:.3f} ({cpu}) | {ratio} | {row['errors']} |")
-    lines.append("")
     return lines
 
 

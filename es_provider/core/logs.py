@@ -39,8 +39,7 @@ class JsonFormatter(logging.Formatter):
         ids = REQUEST_IDS.get()
         if ids:
             line.update(ids)
-        if tracing.on():
-            line.update(tracing.ids())  # trace_id, span_id: the log line found from its trace and back
+        line.update(tracing.ids())  # trace_id, span_id (traces on): the log line found from its trace and back
         line.update(extra_fields(record))
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)

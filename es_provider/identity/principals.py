@@ -223,8 +223,9 @@ class Principals:
                 else:
                     source = "file"
                     groups.update(self._file.get(subject, ()))
-            span.set_attributes({"es_provider.identity.source": source, "es_provider.identity.groups": len(groups),
-                                 "es_provider.identity.active": active})
+            if span.is_recording():  # no attribute dict per request with traces off
+                span.set_attributes({"es_provider.identity.source": source,
+                                     "es_provider.identity.groups": len(groups), "es_provider.identity.active": active})
         return Identity(app_id, tenants, subject, frozenset(groups), subject_active=active)
 
     async def identity_of(self, app_id: str, tenant_id: str | None, subject: str | None, budget: Budget,

@@ -134,8 +134,9 @@ async def run_search(
     with tracing.step("recheck") as span:
         chunks, dropped = _rechecked(retrieval, responses, plan, schema=schema, mode=mode, scoring=scoring,
                                      by_alias=by_alias, scored=rerank is None)
-        span.set_attributes({"es_provider.recheck.kept": len(chunks), "es_provider.recheck.dropped": dropped,
-                             "es_provider.recheck.dropped_reason": "permission re-check" if dropped else ""})
+        if span.is_recording():  # no attribute dict per request with traces off
+            span.set_attributes({"es_provider.recheck.kept": len(chunks), "es_provider.recheck.dropped": dropped,
+                                 "es_provider.recheck.dropped_reason": "permission re-check" if dropped else ""})
     outcome = None
     if rerank is not None:
         with tracing.step("rerank", {"es_provider.rerank.candidates": len(chunks)}) as span:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from urllib.parse import urlsplit
 
 
 class ErrorCode(StrEnum):
@@ -92,3 +93,27 @@ class ConnectFailed(ConnectionError):
 
 class Disconnected(ConnectionError):
     """The connection ended before the whole answer arrived."""
+
+
+class Redirected(Exception):
+    """The engine (or what stands at its URL) answered a redirect, which no engine client follows: the credentials
+    and signatures of a request must never be sent to another origin, nor its answers believed (Hardening IV)."""
+
+    def __init__(self, status: int, origin: str, target: str = "") -> None:
+        to = f" to {target}" if target else ""
+        super().__init__(f"engine error {status}: {origin} answered a redirect{to}; es-provider follows none (the "
+                         "credentials would go with it): set the engine's url to the node or endpoint itself")
+        self.status = status
+
+
+def origin_of(url: str) -> str:
+    """scheme://host[:port] of a URL: never its user, password, path or query (they may hold a secret)."""
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.hostname:
+        return "an unnamed origin"
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return f"{parts.scheme}://{host}{f':{port}' if port else ''}"

@@ -15,7 +15,7 @@ from typing import Any
 from opensearchpy.exceptions import ConnectionError as OSConnectionError
 from opensearchpy.exceptions import ConnectionTimeout, TransportError
 
-from es_provider.core.errors import ErrorCode, KnowledgeError, WriteBlocked
+from es_provider.core.errors import ErrorCode, KnowledgeError, Redirected, WriteBlocked
 from es_provider.engine.transient import blocked_write
 
 
@@ -25,6 +25,8 @@ def map_error(exc: BaseException) -> KnowledgeError:
         return exc
     if isinstance(exc, TimeoutError | ConnectionTimeout):
         return KnowledgeError(ErrorCode.TIMED_OUT, detail=f"engine call timed out: {type(exc).__name__}")
+    if isinstance(exc, OSConnectionError) and isinstance(exc.info, Redirected):
+        return KnowledgeError(ErrorCode.UNAVAILABLE, detail=str(exc.info))
     if isinstance(exc, OSConnectionError):
         return KnowledgeError(ErrorCode.UNAVAILABLE, detail=_tls_reason(exc) or f"engine unreachable: {exc}")
     if isinstance(exc, TransportError) and blocked_write(exc.status_code, exc.info):

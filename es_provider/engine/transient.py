@@ -9,7 +9,7 @@ import aiohttp
 from opensearchpy.exceptions import ConnectionError as EngineConnectionError
 from opensearchpy.exceptions import ConnectionTimeout, TransportError
 
-from es_provider.core.errors import ConnectFailed
+from es_provider.core.errors import ConnectFailed, Redirected
 
 TRANSIENT_STATUS = frozenset({429, 502, 503, 504})
 # An index write block (a reindex copying the index): not transient in seconds, but worth waiting out.
@@ -42,6 +42,8 @@ def never_sent(exc: BaseException) -> bool:
 def transient(exc: BaseException) -> bool:
     if isinstance(exc, ConnectionTimeout | TimeoutError):
         return False
+    if isinstance(exc, EngineConnectionError) and isinstance(exc.info, Redirected):
+        return False  # the same URL redirects again: a retry only sends the credentials once more
     if isinstance(exc, EngineConnectionError | aiohttp.ClientConnectionError):
         return True
     if isinstance(exc, TransportError):

@@ -148,7 +148,8 @@ class OpenAICompatible:
 
     async def _post(self, model: str, inputs: list[str]) -> list[Vector]:
         body = {"model": model, "input": inputs, "encoding_format": "float"}
-        async with self._client().post(self._endpoint, json=body, headers=self._headers) as response:
+        async with self._client().post(self._endpoint, json=body, headers=self._headers,
+                                        allow_redirects=False) as response:
             if transient_status(response.status):
                 raise TransientStatus(response.status)
             if response.status != 200:

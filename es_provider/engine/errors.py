@@ -129,6 +129,11 @@ def check_search(response: dict[str, Any]) -> None:
     shards = response.get("_shards") or {}
     if shards.get("failed"):
         raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{shards.get('failed')} shard(s) failed")
+    hits = response.get("hits")
+    if not isinstance(hits, dict) or not isinstance(hits.get("hits", []), list):
+        # `{}`, or took/_shards alone (a proxy, a mock, a truncated answer): unavailable, never an invented empty.
+        raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=(
+            f"engine answered a search without hits (keys: {sorted(response)[:8]}): not a search answer"))
 
 
 def check_by_query(response: dict[str, Any]) -> None:

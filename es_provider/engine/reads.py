@@ -21,7 +21,10 @@ from es_provider.engine import dialect
 from es_provider.engine.base import EngineBase
 from es_provider.engine.errors import check_search, engine_errors, index_missing
 
-_SEARCH_FIELDS = "timed_out,_shards.failed,hits.hits._index,hits.hits._id,hits.hits._score,hits.hits._source"
+# hits.max_score (null when nothing matched) keeps `hits` in every whole answer, so a 200 without it is known for
+# the wrong shape it is (check_search), never read as "no match".
+_SEARCH_FIELDS = ("timed_out,_shards.failed,hits.max_score,hits.hits._index,hits.hits._id,hits.hits._score,"
+                  "hits.hits._source")
 _MSEARCH_FIELDS = ",".join(f"responses.{field}" for field in _SEARCH_FIELDS.split(",")) + \
     ",responses.status,responses.error.type"
 

@@ -5,15 +5,20 @@ passages (7) have modules of their own; the chart (10) is in tests/unit/test_cha
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import ssl
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
+from helpers import calls
 from helpers.proxy import EngineProxy
+from helpers.setup import api_key, bearer, load_records
 from helpers.tls_front import Certificates
 
 from es_provider.config.cluster import OpenSearchSettings
@@ -82,3 +87,57 @@ async def test_no_engine_client_follows_a_redirect(opensearch, aws_static, tmp_p
         await engine.close()
         await front.close()
         await elsewhere.close()
+
+
+# --- 3. A search answer of the wrong shape is unavailable, never "no match" -------------------------------------
+
+async def _readiness(client: Any, status: int, *, within_s: float) -> bool:
+    """Whether /readyz answers `status` within `within_s` (its checks run in the background)."""
+    until = time.monotonic() + within_s
+    while time.monotonic() < until:
+        if (await client.get("/readyz")).status == status:
+            return True
+        await asyncio.sleep(0.2)
+    return False
+
+
+async def _three_protocols(client: Any, kb_id: str) -> dict[str, tuple[int, Any]]:
+    execution = f"exec-{uuid.uuid4().hex[:10]}"
+    sparktide = await client.post(calls.ROUTE, headers=calls.headers(**{"Idempotency-Key": execution}),
+                                  json=calls.body(executionId=execution))
+    agentarts = await client.post("/knowledge-bases/retrieve", headers=bearer(), data=json.dumps({
+        "knowledge_base_ids": [kb_id], "query": "installation", "method": "doc"}))
+    dify = await client.post("/retrieval", headers=bearer(), data=json.dumps({
+        "knowledge_id": kb_id, "query": "installation", "retrieval_setting": {"top_k": 3, "score_threshold": 0}}))
+    return {name: (response.status, await response.json())
+            for name, response in (("sparktide", sparktide), ("agentarts", agentarts), ("dify", dify))}
+
+
+@pytest.mark.parametrize("answer", [{}, {"took": 3, "_shards": {"total": 1, "successful": 1, "failed": 0}},
+                                    {"took": 1, "timed_out": False, "hits": None}])
+async def test_a_search_answer_without_hits_is_unavailable(engine, kb, opensearch, client_for, answer) -> None:
+    await load_records(engine, kb, [{"document_id": "d-1", "title": "t", "content": "installation guide",
+                                     "source": {"type": "DOCUMENT", "id": "d-1", "version": "v1"},
+                                     "acl": {"public": True}, "tenant_id": "team-a"}])
+    shaped = False
+
+    def wrong_shape(request: web.Request) -> web.StreamResponse | None:
+        if shaped and request.path.endswith("/_search"):
+            return web.json_response(answer)
+        return None
+
+    front = await EngineProxy(opensearch.url, gate=wrong_shape).start()
+    try:
+        client = await client_for(kb, url=front.url, api_keys=[api_key([kb.id], tenants=["team-a"])])
+        assert {name: status for name, (status, _) in (await _three_protocols(client, kb.id)).items()} == {
+            "sparktide": 200, "agentarts": 200, "dify": 200}
+        shaped = True
+        answers = await _three_protocols(client, kb.id)
+        assert answers["sparktide"][0] == 503 and answers["sparktide"][1]["error"]["code"] == "KNOWLEDGE_UNAVAILABLE"
+        assert answers["agentarts"][0] == 503, answers["agentarts"]
+        assert answers["dify"][0] == 503 and answers["dify"][1]["error_code"] != 0, answers["dify"]
+        for _, body_ in answers.values():
+            assert "items" not in body_ and "records" not in body_ and "search_result_list" not in body_
+        assert await _readiness(client, 503, within_s=10.0), "/readyz stayed ready"
+    finally:
+        await front.close()

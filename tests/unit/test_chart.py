@@ -594,6 +594,42 @@ REFUSED: dict[str, tuple[dict[str, Any], str, str | None]] = {
     "otel.env: an endpoint with credentials": (
         {"otel": {"env": {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://tenant:LEAK-otlp-pw-83@otlp.example:4318"}}},
         "otel.env.OTEL_EXPORTER_OTLP_ENDPOINT is a URL with credentials in it", "LEAK-otlp-pw-83"),
+    # Issue 52, finding 10: what the chart rendered though it should not. A container that could take the node (the
+    # security contexts: the Pod Security Standards' restricted profile and a read-only root, by the schema) ...
+    "securityContext: privileged": (
+        {"securityContext": {"privileged": True}}, "at '/securityContext/privileged'", None),
+    "securityContext: root": (
+        {"securityContext": {"runAsUser": 0}}, "at '/securityContext/runAsUser'", None),
+    "securityContext: runAsNonRoot false": (
+        {"securityContext": {"runAsNonRoot": False}}, "at '/securityContext/runAsNonRoot'", None),
+    "securityContext: runAsNonRoot removed (null)": (
+        {"securityContext": {"runAsNonRoot": None}}, "at '/securityContext': missing property 'runAsNonRoot'", None),
+    "securityContext: SYS_ADMIN added": (
+        {"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}, "at '/securityContext/capabilities/add/0'",
+        None),
+    "securityContext: ALL no longer dropped": (
+        {"securityContext": {"capabilities": {"drop": ["NET_RAW"]}}}, "at '/securityContext/capabilities/drop'", None),
+    "securityContext: allowPrivilegeEscalation": (
+        {"securityContext": {"allowPrivilegeEscalation": True}}, "at '/securityContext/allowPrivilegeEscalation'",
+        None),
+    "securityContext: a writable root": (
+        {"securityContext": {"readOnlyRootFilesystem": False}}, "at '/securityContext/readOnlyRootFilesystem'", None),
+    "securityContext: seccomp Unconfined": (
+        {"securityContext": {"seccompProfile": {"type": "Unconfined"}}}, "at '/securityContext/seccompProfile/type'",
+        None),
+    "securityContext: a Windows host process": (
+        {"securityContext": {"windowsOptions": {"hostProcess": True}}},
+        "at '/securityContext': additional properties 'windowsOptions' not allowed", None),
+    "podSecurityContext: root": (
+        {"podSecurityContext": {"runAsUser": 0}}, "at '/podSecurityContext/runAsUser'", None),
+    "podSecurityContext: runAsNonRoot false": (
+        {"podSecurityContext": {"runAsNonRoot": False}}, "at '/podSecurityContext/runAsNonRoot'", None),
+    "podSecurityContext: seccomp Unconfined": (
+        {"podSecurityContext": {"seccompProfile": {"type": "Unconfined"}}},
+        "at '/podSecurityContext/seccompProfile/type'", None),
+    "podSecurityContext: an unsafe sysctl": (
+        {"podSecurityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "65536"}]}},
+        "at '/podSecurityContext/sysctls/0/name'", None),
 }
 
 
@@ -674,6 +710,14 @@ RENDERS: dict[str, tuple[dict[str, Any], Any]] = {
          "otel": {"env": {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/v1?x=a@b"}},
          "config": {"toml": '[access_log]\nurl = "https://audit:9200/p@th"\n[server]\nmax_concurrency_per_key = 4\n'}},
         lambda docs: len(_kind(docs, "Deployment")) == 1),
+    # Issue 52, finding 10: what the refusals must not catch.
+    "security contexts tightened further, and NET_BIND_SERVICE": (
+        {"securityContext": {"runAsUser": 20000, "capabilities": {"add": ["NET_BIND_SERVICE"], "drop": ["ALL"]},
+                             "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/es.json"}},
+         "podSecurityContext": {"supplementalGroups": [20001],
+                                "sysctls": [{"name": "net.ipv4.ip_local_port_range", "value": "10000 60999"}]}},
+        lambda docs: _kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["securityContext"][
+            "capabilities"] == {"add": ["NET_BIND_SERVICE"], "drop": ["ALL"]}),
     "the jobs get the server's extraEnv": (
         {"extraEnv": [{"name": "TZ", "value": "Europe/Paris"}, {"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
                       {"name": "MEM", "valueFrom": {"resourceFieldRef": {"containerName": "es-provider",

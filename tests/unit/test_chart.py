@@ -630,6 +630,15 @@ REFUSED: dict[str, tuple[dict[str, Any], str, str | None]] = {
     "podSecurityContext: an unsafe sysctl": (
         {"podSecurityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "65536"}]}},
         "at '/podSecurityContext/sysctls/0/name'", None),
+    # ... and an Ingress that serves the platforms' keys and users' tokens in clear text (unless ingress.allowPlaintext).
+    "ingress without tls": (
+        {"ingress": {"enabled": True}}, "ingress.tls is empty: the Ingress would take", None),
+    "ingress with tls for another host": (
+        {"ingress": {"enabled": True,
+                     "hosts": [{"host": "kb.corp.example", "paths": [{"path": "/"}]},
+                               {"host": "kb.other.example", "paths": [{"path": "/"}]}],
+                     "tls": [{"secretName": "kb-tls", "hosts": ["kb.corp.example"]}]}},
+        "ingress.hosts[1].host \"kb.other.example\" is in no ingress.tls[].hosts", None),
 }
 
 
@@ -711,6 +720,15 @@ RENDERS: dict[str, tuple[dict[str, Any], Any]] = {
          "config": {"toml": '[access_log]\nurl = "https://audit:9200/p@th"\n[server]\nmax_concurrency_per_key = 4\n'}},
         lambda docs: len(_kind(docs, "Deployment")) == 1),
     # Issue 52, finding 10: what the refusals must not catch.
+    "an Ingress without TLS by the explicit opt-in": (
+        {"ingress": {"enabled": True, "allowPlaintext": True}},
+        lambda docs: "tls" not in _kind(docs, "Ingress")[0]["spec"]),
+    "an Ingress whose hosts a wildcard certificate covers": (
+        {"ingress": {"enabled": True,
+                     "hosts": [{"host": "kb.corp.example", "paths": [{"path": "/"}]},
+                               {"host": "kb2.corp.example", "paths": [{"path": "/retrieval"}]}],
+                     "tls": [{"secretName": "wildcard-corp-example", "hosts": ["*.corp.example"]}]}},
+        lambda docs: len(_kind(docs, "Ingress")[0]["spec"]["rules"]) == 2),
     "security contexts tightened further, and NET_BIND_SERVICE": (
         {"securityContext": {"runAsUser": 20000, "capabilities": {"add": ["NET_BIND_SERVICE"], "drop": ["ALL"]},
                              "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/es.json"}},

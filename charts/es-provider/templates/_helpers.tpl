@@ -234,6 +234,21 @@ to [access_log.engine]'s cluster, so the refs of its credentials must be there. 
 {{- fail (printf "podDisruptionBudget.maxUnavailable %s: a budget that allows no disruption blocks every node drain. Set maxUnavailable: 1 (or more), or podDisruptionBudget.enabled: false" (toString $pdb.maxUnavailable)) -}}
 {{- end -}}
 {{- end -}}
+{{- $ingress := .Values.ingress -}}
+{{- if and $ingress.enabled (not $ingress.allowPlaintext) -}}
+{{- if empty $ingress.tls -}}
+{{- fail "ingress.tls is empty: the Ingress would take the platforms' API keys and the users' tokens in clear text. Give ingress.tls: [{secretName: <a kubernetes.io/tls Secret>, hosts: [<each of ingress.hosts>]}], or, only when TLS is terminated in front of the ingress controller, set ingress.allowPlaintext: true" -}}
+{{- end -}}
+{{- $covered := list -}}
+{{- range $ingress.tls -}}
+{{- $covered = concat $covered (.hosts | default list) -}}
+{{- end -}}
+{{- range $i, $rule := $ingress.hosts -}}
+{{- if not (or (has $rule.host $covered) (has (regexReplaceAll "^[^.]*" $rule.host "*") $covered)) -}}
+{{- fail (printf "ingress.hosts[%d].host %s is in no ingress.tls[].hosts: the Ingress would serve it in clear text. Add it to a tls entry's hosts (a certificate for it, or a wildcard *.<domain>), or, only when TLS is terminated in front of the ingress controller, set ingress.allowPlaintext: true" $i ($rule.host | quote)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if and .Values.networkPolicy.enabled (empty .Values.networkPolicy.ingressFrom) -}}
 {{- fail "networkPolicy.ingressFrom is empty: an ingress rule with no peers admits every source. List the peers that may reach the http port (e.g. `- podSelector: {}` for the release namespace's pods, plus your ingress controller's and Prometheus' namespaces), or set networkPolicy.enabled: false" -}}
 {{- end -}}

@@ -35,6 +35,10 @@ class Metrics:
             "es_provider_dropped_hits", "Hits OpenSearch returned that the permission re-check refused",
             registry=self.registry,
         )
+        self.unchecked_hits = Counter(
+            "es_provider_unchecked_index_hits", "Hits withheld because their index's mapping was not checked behind "
+            "its alias (an index that joined it since, or one not behind it)", registry=self.registry,
+        )
         self.embedding_latency = Histogram(
             "es_provider_embedding_seconds", "Time to get the query vector (vector/hybrid), cache hits included",
             ["outcome"],

@@ -63,6 +63,7 @@ class SearchResult:
     applied_filters: tuple[Filter, ...]
     dropped: int = 0  # hits OpenSearch returned that the re-check refused (security events)
     rerank: str | None = None  # with a rerank stage: "applied", or "first-stage: <reason>" (rerank.py)
+    unchecked: int = 0  # hits withheld because their index was not checked behind its alias (security events)
 
     @property
     def chunks(self) -> tuple[Chunk, ...]:

@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from es_provider.config.knowledge import KnowledgeBase, RetrievalMode, ScoringSettings
@@ -110,9 +110,11 @@ async def run_search(
     mapped: set[str] | None = None,
     metadata_types: Mapping[str, str] | None = None,
     rerank: Stage | None = None,
+    checked: Callable[[set[str]], Awaitable[frozenset[str]]] | None = None,
 ) -> SearchResult:
     """With `rerank`, every chunk that passed the re-check goes to the rerank stage, and the score threshold and the
-    cut to topK apply to its order and scores (or to the first-stage ones it fell back to)."""
+    cut to topK apply to its order and scores (or to the first-stage ones it fell back to). `checked`: given the
+    indices the hits came from, the ones whose mapping was checked (Retriever); a hit of any other is withheld."""
     schema = retrieval.layout
     if mapped is not None and (cannot := acl.unenforceable(retrieval.filters, mapped, schema)):
         # E.g. an index without ACL fields: refuse rather than answer unfiltered content.
@@ -130,10 +132,11 @@ async def run_search(
         responses = [await engine.search(index, plan.body, budget)]
     else:
         responses = await engine.msearch(index, list(plan.bodies), budget)
+    served = await checked(indices_of(responses)) if checked is not None else None
 
     with tracing.step("recheck") as span:
-        chunks, dropped = _rechecked(retrieval, responses, plan, schema=schema, mode=mode, scoring=scoring,
-                                     by_alias=by_alias, scored=rerank is None)
+        chunks, dropped, unchecked = _rechecked(retrieval, responses, plan, schema=schema, mode=mode, scoring=scoring,
+                                                by_alias=by_alias, scored=rerank is None, served=served)
         if span.is_recording():  # no attribute dict per request with traces off
             span.set_attributes({"es_provider.recheck.kept": len(chunks), "es_provider.recheck.dropped": dropped,
                                  "es_provider.recheck.dropped_reason": "permission re-check" if dropped else ""})
@@ -145,20 +148,34 @@ async def run_search(
         chunks = [chunk for chunk in chunks if not below(chunk, retrieval.score_threshold)]
     # Not cut here: the result's `chunks` is the topK cut, and SparkTide also reads past it (domain.SearchResult).
     return SearchResult(ranked=tuple(chunks), top_k=retrieval.top_k, applied_filters=plan.applied_filters,
-                        dropped=dropped, rerank=outcome)
+                        dropped=dropped, rerank=outcome, unchecked=unchecked)
+
+
+def indices_of(responses: list[dict[str, Any]]) -> set[str]:
+    """Pure: the concrete indices the hits of these responses came from."""
+    return {str(hit.get("_index", "")) for response in responses for hit in response.get("hits", {}).get("hits", [])}
 
 
 def _rechecked(retrieval: SearchRequest, responses: list[dict[str, Any]], plan: SearchPlan, *, schema: Schema,
                mode: RetrievalMode, scoring: ScoringSettings, by_alias: dict[str, KnowledgeBase],
-               scored: bool) -> tuple[list[Chunk], int]:
-    """The hits that pass the permission re-check, as chunks (a refused hit counted and logged), and how many were
-    dropped. `scored`: the score threshold applies here (with a rerank stage it applies after it)."""
+               scored: bool, served: frozenset[str] | None = None) -> tuple[list[Chunk], int, int]:
+    """The hits that pass the permission re-check, as chunks (a refused hit counted and logged), how many were
+    dropped, and how many were withheld because their index is not in `served` (None: no such check).
+    `scored`: the score threshold applies here (with a rerank stage it applies after it)."""
     chunks: list[Chunk] = []
-    dropped = 0
+    dropped = unchecked = 0
     seen: set[tuple[str, str]] = set()  # (knowledge base, document) already answered, for one_chunk_per_document
     terms = 1 if mode == "vector" else query_terms(retrieval.query)  # only a BM25 leg is divided by it
     allowed = acl.rechecker(retrieval.identity, plan.applied_filters, schema)
     for hit, score in scored_hits(mode, responses, scoring, terms=terms):
+        if served is not None and str(hit.get("_index", "")) not in served:
+            # An index whose mapping was never checked (it joined the alias since, or is not behind it): its
+            # documents may lack the ACL fields the re-check reads as "public" (Hardening IV).
+            unchecked += 1
+            security_log.warning("withheld a hit from an index not checked behind its alias",
+                                 extra={"chunk_id": hit.get("_id"), "index": hit.get("_index"),
+                                        "app_id": retrieval.identity.app_id})
+            continue
         source = hit.get("_source") or {}
         if not allowed(source):
             dropped += 1
@@ -189,7 +206,7 @@ def _rechecked(retrieval: SearchRequest, responses: list[dict[str, Any]], plan: 
                 continue
             seen.add((kb.id, chunk.document_id))
         chunks.append(chunk)
-    return chunks, dropped
+    return chunks, dropped, unchecked
 
 
 def below(chunk: Chunk, threshold: float) -> bool:
@@ -232,6 +249,7 @@ class Retriever:
         mapping_ttl_s: float = 60.0,
         on_dropped: Callable[[int], None] | None = None,
         on_embedded: Callable[[float, bool], None] | None = None,
+        on_unchecked: Callable[[int], None] | None = None,
         reranker: Reranker | None = None,
         reranks: Callable[[set[str], RetrievalMode], bool] = lambda _kbs, _mode: False,
     ) -> None:
@@ -244,6 +262,12 @@ class Retriever:
         self._embedders = dict(embedders or {})
         self._mapped: TtlCache[str, set[str]] = TtlCache(mapping_ttl_s)
         self._layouts: TtlCache[str, list[str]] = TtlCache(mapping_ttl_s)  # an existing index's problems, by alias
+        # The indices behind each alias whose mapping was checked: only their hits are served (Hardening IV).
+        self._checked: TtlCache[str, frozenset[str]] = TtlCache(mapping_ttl_s)
+        self._lately: TtlCache[str, bool] = TtlCache(1.0)  # checked within the second: not again for a stray hit
+        self._checking: dict[str, asyncio.Future[tuple[frozenset[str], list[str]]]] = {}  # one in flight per alias
+        self.unchecked: dict[str, set[str]] = {}  # alias → indices whose hits were withheld, until a check passes
+        self._on_unchecked = on_unchecked
         # Short-lived: a metadata key first written by an ingest becomes filterable within seconds.
         self._metadata: TtlCache[str, dict[str, str]] = TtlCache(min(mapping_ttl_s, 5.0))
 
@@ -262,13 +286,57 @@ class Retriever:
             return []
         found = self._layouts.get(kb.alias)
         if found is None:
-            embedder = self._embedders.get(kb.embedder) if kb.embedder else None
-            specs = await self._engine.field_specs(kb.alias, layout.checked_fields(kb.layout), budget)
-            found = layout.problems(kb.layout, specs, embedder.dimensions if embedder is not None else None)
-            if found:
-                log.error("knowledge base %s cannot be served: %s", kb.id, "; ".join(found))
-            self._layouts.put(kb.alias, found)
+            found = (await self.check(kb, budget))[1]
         return found
+
+    async def check(self, kb: KnowledgeBase, budget: Budget) -> tuple[frozenset[str], list[str]]:
+        """Reads the live mapping of every index behind `kb`'s alias: the indices whose hits may be served (none
+        while an existing index has a problem) and the problems (layout.py; none for the service's own indices,
+        whose every index `kb create`/`reindex` made)."""
+        embedder = self._embedders.get(kb.embedder) if kb.embedder else None
+        specs = await self._engine.field_specs(kb.alias, layout.checked_fields(kb.layout), budget)
+        found = layout.problems(kb.layout, specs, embedder.dimensions if embedder is not None else None) \
+            if kb.existing else []
+        if found:
+            log.error("knowledge base %s cannot be served: %s", kb.id, "; ".join(found))
+        served = frozenset() if found else frozenset(specs)
+        self._layouts.put(kb.alias, found)
+        self._checked.put(kb.alias, served)
+        self._lately.put(kb.alias, True)
+        if self.unchecked.pop(kb.alias, None):
+            log.info("knowledge base %s: the indices behind its alias are checked again: %s", kb.id,
+                     ", ".join(sorted(served)) or "none served")
+        return served, found
+
+    async def _check_once(self, kb: KnowledgeBase, budget: Budget) -> frozenset[str]:
+        """`check`, shared by the requests that ask for it while it runs (one mapping call per alias)."""
+        running = self._checking.get(kb.alias)
+        if running is None:
+            running = asyncio.ensure_future(self.check(kb, budget))
+            self._checking[kb.alias] = running
+            running.add_done_callback(lambda _: self._checking.pop(kb.alias, None))
+        return (await asyncio.shield(running))[0]
+
+    async def _served_indices(self, knowledge: Sequence[KnowledgeBase], seen: set[str],
+                              budget: Budget) -> frozenset[str]:
+        """Of the indices `seen` in an answer, the checked ones. An index not checked yet (it joined an alias since
+        the last check) is checked at once; what still is not (a hit from outside the alias) is withheld, and
+        /readyz says so until a check passes."""
+        served: set[str] = set()
+        for kb in knowledge:
+            served |= self._checked.get(kb.alias) or await self._check_once(kb, budget)
+        if seen <= served:
+            return frozenset(served)
+        for kb in knowledge:
+            if self._lately.get(kb.alias) is None:
+                served |= await self._check_once(kb, budget)
+            if found := self._layouts.get(kb.alias):
+                raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"knowledge base {kb.id} cannot be served: "
+                                                                   f"{found[0]}")
+        if stray := seen - served:
+            for kb in knowledge:
+                self.unchecked.setdefault(kb.alias, set()).update(stray)
+        return frozenset(served)
 
     async def _metadata_types(self, index: str, budget: Budget) -> dict[str, str]:
         types = self._metadata.get(index)
@@ -319,12 +387,19 @@ class Retriever:
         if self._rerank is not None and self._reranks({kb.id for kb in retrieval.knowledge}, mode):
             rerank = self._rerank
             retrieval = dataclasses.replace(retrieval, candidates=self._rerank.reranker.settings.candidates)
+        knowledge = retrieval.knowledge
+
+        async def checked(seen: set[str]) -> frozenset[str]:
+            return await self._served_indices(knowledge, seen, budget)
+
         result = await run_search(
             self._engine, retrieval, budget, scoring=scoring_of(retrieval.knowledge, self._scoring), mode=mode,
-            vector=vector, mapped=mapped, metadata_types=types, rerank=rerank,
+            vector=vector, mapped=mapped, metadata_types=types, rerank=rerank, checked=checked,
         )
         if result.dropped and self._on_dropped is not None:
             self._on_dropped(result.dropped)
+        if result.unchecked and self._on_unchecked is not None:
+            self._on_unchecked(result.unchecked)
         return result
 
     # --- for the workbench's "why not?" (operator view: no permission filter here; acl.py judges the chunks) ---

@@ -83,7 +83,10 @@ async def readyz(request: web.Request) -> web.Response:
         for kb in services.settings.knowledge:
             if not await engine.searchable(kb.alias, budget):
                 missing.append(kb.id)
-            elif await services.retriever.layout_problems(kb, budget):  # an existing index (the log names why)
+                continue
+            if kb.alias in services.retriever.unchecked:  # hits of an index not checked yet were withheld: now
+                await services.retriever.check(kb, budget)
+            if await services.retriever.layout_problems(kb, budget):  # an existing index (the log names why)
                 unservable.append(kb.id)
     except KnowledgeError as exc:
         # The log has the whole detail; the unauthenticated body only its first clause (no hosts or user names).
@@ -98,6 +101,8 @@ async def readyz(request: web.Request) -> web.Response:
             reasons["own_indices"] = f"missing and not made: {why}; run `es-provider prepare`"
     if unservable:
         reasons["schema"] = f"existing indices that do not match their schema: {', '.join(unservable)}"
+    if unchecked := [kb.id for kb in services.settings.knowledge if kb.alias in services.retriever.unchecked]:
+        reasons["unchecked_indices"] = f"hits of indices not checked yet are withheld: {', '.join(unchecked)}"
     recorder = request.app.get(RECORDER)
     if recorder is not None and recorder.refusing():
         reasons["access_record"] = "a sink is down or its queue is full: answers are refused"
@@ -518,7 +523,7 @@ def create_app(
             credentials=credentials,
             retriever=Retriever(engine, scoring=settings.scoring, embedders=models,
                                 on_dropped=metrics.dropped_hits.inc, on_embedded=metrics.embedding,
-                                reranker=reranker, reranks=settings.reranks),
+                                on_unchecked=metrics.unchecked_hits.inc, reranker=reranker, reranks=settings.reranks),
             replays=ReplayCache(),
             idempotency=IdempotencyCache(settings.server.idempotency_window_s,
                                          max_bytes=settings.server.idempotency_max_bytes,

@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 from helpers import calls
 from helpers.proxy import EngineProxy
-from helpers.setup import api_key, bearer, load_records
+from helpers.setup import api_key, bearer, load_records, new_kb
 from helpers.tls_front import Certificates
 
 from es_provider.config.cluster import OpenSearchSettings
@@ -141,3 +141,93 @@ async def test_a_search_answer_without_hits_is_unavailable(engine, kb, opensearc
         assert await _readiness(client, 503, within_s=10.0), "/readyz stayed ready"
     finally:
         await front.close()
+
+
+# --- 2. An index that joins the alias is checked before any of its hits is served --------------------------------
+
+CHECKED_MAPPING = {"properties": {
+    "body": {"type": "text"}, "heading": {"type": "text"}, "doc_id": {"type": "keyword"},
+    "tenant": {"type": "keyword"}, "owner": {"type": "keyword"}, "allowed_groups": {"type": "keyword"}}}
+# The index that joins later: another pipeline's, whose documents keep their ACL under other names.
+UNCHECKED_MAPPING = {"properties": {
+    "body": {"type": "text"}, "heading": {"type": "text"}, "doc_id": {"type": "keyword"},
+    "tenant": {"type": "keyword"}, "acl_users": {"type": "keyword"}, "acl_groups": {"type": "keyword"}}}
+CORP_FIELDS = {"text": ["body", "heading"], "title": "heading", "document_id": "doc_id", "tenant": "tenant",
+               "subjects": "owner", "groups": "allowed_groups"}
+
+
+async def _company_index(engine: Any, mapping: dict[str, Any], docs: list[dict[str, Any]]) -> str:
+    name = f"corp-{uuid.uuid4().hex[:10]}"
+    await engine.create_index(name, {"settings": {"index": {"number_of_replicas": 0}}, "mappings": mapping})
+    lines: list[dict[str, Any]] = []
+    for doc in docs:
+        lines += [{"index": {"_index": name, "_id": doc["doc_id"]}}, doc]
+    response = await engine._client.bulk(body=lines, refresh=True)
+    assert not response["errors"], response
+    return name
+
+
+@pytest.mark.parametrize("public_when_unset", [True, False])
+async def test_an_index_joining_the_alias_serves_nothing_before_it_is_checked(
+        engine, client_for, public_when_unset: bool) -> None:
+    checked = await _company_index(engine, CHECKED_MAPPING, [
+        {"doc_id": f"own-{i}", "heading": "Alpha", "body": "alpha installation notes", "tenant": "t-a",
+         "owner": "u-bob", "allowed_groups": ["sales"]} for i in range(5)])
+    intruder = await _company_index(engine, UNCHECKED_MAPPING, [
+        {"doc_id": f"intruder-{i}", "heading": "Alpha", "body": "alpha installation notes alpha", "tenant": "t-a",
+         "acl_users": ["u-alice"], "acl_groups": ["eng"]} for i in range(5)])
+    alias = f"corp-alias-{uuid.uuid4().hex[:8]}"
+    await engine.update_aliases([{"add": {"index": checked, "alias": alias}}])
+    kb = new_kb(id="corp", alias=alias, schema="custom", fields=CORP_FIELDS, public_when_unset=public_when_unset,
+                mandatory_filters=["TENANT", "SUBJECT"])
+    client = await client_for(kb, principals={"u-bob": ["sales"]}, api_keys=[api_key(
+        ["corp"], tenants=["t-a"], subject="u-bob")])
+    route = "/agent/knowledge/corp/1.0.0"
+    answers: list[tuple[str, int, set[str]]] = []
+
+    async def ask_all() -> None:
+        execution = f"exec-{uuid.uuid4().hex[:10]}"
+        spark = await client.post(route, headers=calls.headers(**{"Idempotency-Key": execution}), json=calls.body(
+            "u-bob", "t-a", knowledge="corp", query="alpha installation", topK=10, executionId=execution))
+        arts = await client.post("/knowledge-bases/retrieve", headers=bearer(), data=json.dumps({
+            "knowledge_base_ids": ["corp"], "query": "alpha installation", "method": "doc", "limit": 20}))
+        dify = await client.post("/retrieval", headers=bearer(), data=json.dumps({
+            "knowledge_id": "corp", "query": "alpha installation",
+            "retrieval_setting": {"top_k": 20, "score_threshold": 0}}))
+        for name, response, ids in (
+                ("sparktide", spark, lambda a: {i["documentId"] for i in a.get("items", [])}),
+                ("agentarts", arts, lambda a: {r["file_id"] for r in a.get("search_result_list", [])}),
+                ("dify", dify, lambda a: {r["metadata"]["document_id"] for r in a.get("records", [])})):
+            answers.append((name, response.status, ids(await response.json())))
+
+    async def load(until: float) -> None:
+        while time.monotonic() < until:
+            await ask_all()
+
+    try:
+        for _ in range(2):  # warm: the alias's one index is checked and served
+            await ask_all()
+        assert all(status == 200 and ids for _, status, ids in answers), answers
+        before = len(answers)
+        until = time.monotonic() + 4.0
+        loads = [asyncio.create_task(load(until)) for _ in range(3)]
+        await asyncio.sleep(1.0)
+        await engine.update_aliases([{"add": {"index": intruder, "alias": alias}}])
+        await asyncio.gather(*loads)
+        after = answers[before:]
+        leaked = [(name, status, ids) for name, status, ids in after if any(i.startswith("intruder-") for i in ids)]
+        assert leaked == [], f"{len(leaked)} answers served the unchecked index"
+        assert all(status in (200, 503) for _, status, _ in after)
+        if public_when_unset:
+            # Its hits matched as "public": the first one made the service check the index at once, which lacks the
+            # ACL fields, so the knowledge base is unservable from then on (never an empty answer).
+            final = answers[-3:]
+            assert all(status == 503 for _, status, _ in final), final
+            ready = await client.get("/readyz")
+            assert ready.status == 503 and "schema" in (await ready.json())["reasons"]
+        else:
+            # Nothing of it matched a filter (no ACL values is no one's): the answers go on with the checked index.
+            assert all(status == 200 for _, status, _ in after), after
+    finally:
+        await engine.delete_index(checked)
+        await engine.delete_index(intruder)

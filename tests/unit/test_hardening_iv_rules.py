@@ -3,6 +3,8 @@ tests/integration/test_hardening_iv.py)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from opensearchpy.exceptions import ConnectionError as EngineConnectionError
 
@@ -36,3 +38,43 @@ def test_a_redirect_is_an_engine_error_never_retried() -> None:
     assert mapped.detail is not None
     assert "engine error 307" in mapped.detail and "http://elsewhere:80" in mapped.detail
     assert "https://node:9200" in mapped.detail
+
+
+# --- 2. Only hits of checked indices are served ---
+
+class _Mappings:
+    """An engine stand-in that answers field_specs with the indices behind each alias now."""
+
+    def __init__(self, behind: dict[str, list[str]]) -> None:
+        self.behind = behind
+        self.asked = 0
+
+    async def field_specs(self, alias: str, fields: tuple[str, ...], budget: object) -> dict[str, dict[str, object]]:
+        self.asked += 1
+        return {index: {field: {"type": "keyword"} for field in fields} for index in self.behind.get(alias, [])}
+
+
+def test_a_stray_index_is_withheld_a_joining_one_is_checked_at_once() -> None:
+    import time
+
+    from es_provider.config.knowledge import KnowledgeBase, ScoringSettings
+    from es_provider.core.deadline import fixed_budget
+    from es_provider.search.retrieval import Retriever
+
+    async def run() -> None:
+        engine = _Mappings({"a": ["a-v1"]})
+        retriever = Retriever(engine, scoring=ScoringSettings())  # type: ignore[arg-type]
+        base = KnowledgeBase.model_validate({"id": "k", "name": "K", "versions": ["1"], "alias": "a",
+                                             "secret_ref": "S", "apps": ["app"]})
+        budget = fixed_budget(5000, now_monotonic=time.monotonic())
+        assert await retriever._served_indices([base], {"a-v1"}, budget) == {"a-v1"}
+        assert engine.asked == 1
+        engine.behind["a"] = ["a-v1", "a-v2"]  # joined since the check: checked at once, before serving
+        retriever._lately = type(retriever._lately)(0.0)
+        assert await retriever._served_indices([base], {"a-v1", "a-v2"}, budget) == {"a-v1", "a-v2"}
+        assert engine.asked == 2 and retriever.unchecked == {}
+        # A hit naming an index that is not behind the alias at all: withheld, and readiness is told.
+        served = await retriever._served_indices([base], {"elsewhere"}, budget)
+        assert "elsewhere" not in served and retriever.unchecked == {"a": {"elsewhere"}}
+
+    asyncio.run(run())

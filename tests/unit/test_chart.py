@@ -301,6 +301,8 @@ LEAKS = {
         "name": "LEAK-secret-name-2b", "key": "k"}}}]},
     "otel.env OTEL_EXPORTER_OTLP_HEADERS": {"otel": {"env": {
         "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer LEAK-otlp-token-6a"}}},
+    "otel.env OTEL_EXPORTER_OTLP_LOGS_HEADERS": {"otel": {"env": {
+        "OTEL_EXPORTER_OTLP_LOGS_HEADERS": "x-api-key=LEAK-otlp-logs-token-3c"}}},
     "metrics.serviceMonitor.tokenSecret.token": {"metrics": {"serviceMonitor": {"tokenSecret": {
         "existingSecret": "s", "key": "k", "token": "LEAK-metrics-token-90"}}}},
 }
@@ -630,7 +632,7 @@ REFUSED: dict[str, tuple[dict[str, Any], str, str | None]] = {
     "podSecurityContext: an unsafe sysctl": (
         {"podSecurityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "65536"}]}},
         "at '/podSecurityContext/sysctls/0/name'", None),
-    # ... and an Ingress that serves the platforms' keys and users' tokens in clear text (unless ingress.allowPlaintext).
+    # ... an Ingress that serves the platforms' keys and users' tokens in clear text (unless ingress.allowPlaintext) ...
     "ingress without tls": (
         {"ingress": {"enabled": True}}, "ingress.tls is empty: the Ingress would take", None),
     "ingress with tls for another host": (
@@ -639,6 +641,49 @@ REFUSED: dict[str, tuple[dict[str, Any], str, str | None]] = {
                                {"host": "kb.other.example", "paths": [{"path": "/"}]}],
                      "tls": [{"secretName": "kb-tls", "hosts": ["kb.corp.example"]}]}},
         "ingress.hosts[1].host \"kb.other.example\" is in no ingress.tls[].hosts", None),
+    # ... and secrets in the values, by the name they are under or by their shape.
+    "extraEnv: DB_PASS": (
+        {"extraEnv": [{"name": "DB_PASS", "value": "LEAK-db-pass-40"}]},
+        "extraEnv.DB_PASS: a secret's value in extraEnv", "LEAK-db-pass-40"),
+    "extraEnv: ENCRYPTION_KEY": (
+        {"extraEnv": [{"name": "ENCRYPTION_KEY", "value": "LEAK-encryption-key-8c"}]},
+        "extraEnv.ENCRYPTION_KEY: a secret's value in extraEnv", "LEAK-encryption-key-8c"),
+    "extraEnv: OTEL_EXPORTER_OTLP_TRACES_HEADERS": (
+        {"extraEnv": [{"name": "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "value": "api-key=LEAK-otlp-headers-2d"}]},
+        "extraEnv.OTEL_EXPORTER_OTLP_TRACES_HEADERS: the OTLP exporter's headers are a credential", "LEAK-otlp-headers-2d"),
+    "extraEnv: a client credential": (
+        {"extraEnv": [{"name": "UPSTREAM_CREDS", "value": "LEAK-upstream-creds-5e"}]},
+        "extraEnv.UPSTREAM_CREDS: a secret's value in extraEnv", "LEAK-upstream-creds-5e"),
+    "extraEnv: a URL with ?api_key=": (
+        {"extraEnv": [{"name": "WEBHOOK_URL", "value": "https://hooks.example/in?team=a&api_key=LEAK-hook-key-71"}]},
+        "extraEnv.WEBHOOK_URL is a URL with a credential in its query string", "LEAK-hook-key-71"),
+    "extraEnv: a bearer token under another name": (
+        {"extraEnv": [{"name": "UPSTREAM", "value": "Bearer LEAK-bearer-token-0f"}]},
+        "extraEnv.UPSTREAM is an Authorization header's value", "LEAK-bearer-token-0f"),
+    "otel.env: an endpoint with ?api_key=": (
+        {"otel": {"env": {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://otlp.example/v1/traces?api_key=LEAK-otlp-q-19"}}},
+        "otel.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is a URL with a credential in its query string", "LEAK-otlp-q-19"),
+    "otel.env: a token in OTEL_RESOURCE_ATTRIBUTES": (
+        {"otel": {"env": {"OTEL_RESOURCE_ATTRIBUTES": "service.namespace=search,vendor.api_token=LEAK-attr-token-a3"}}},
+        "otel.env.OTEL_RESOURCE_ATTRIBUTES: the attribute vendor.api_token holds a secret", "LEAK-attr-token-a3"),
+    "engine.url with ?api_key=": (
+        {"engine": {"url": "https://es.corp.example:9200/?api_key=LEAK-engine-q-55"}},
+        "engine.url has a query string or a fragment", "LEAK-engine-q-55"),
+    "config.toml: a URL with ?key=": (
+        {"config": {"toml": '[embedders.remote]\nkind = "openai"\nurl = "https://emb.example/v1?key=LEAK-embed-q-36"\n'}},
+        "config.toml: embedders.remote.url is a URL with a credential in its query string", "LEAK-embed-q-36"),
+    "podAnnotations: a token by its key": (
+        {"podAnnotations": {"example.com/api-token": "LEAK-annotation-token-6b"}},
+        "podAnnotations.example.com/api-token: a secret's value in an annotation", "LEAK-annotation-token-6b"),
+    "podAnnotations: a URL with credentials": (
+        {"podAnnotations": {"example.com/upstream": "https://u:LEAK-annotation-pw-92@up.example"}},
+        "podAnnotations.example.com/upstream is a URL with credentials in it", "LEAK-annotation-pw-92"),
+    "podAnnotations: a private key": (
+        {"podAnnotations": {"example.com/pem": "-----BEGIN PRIVATE KEY-----\nLEAK-annotation-pem-1c\n"}},
+        "podAnnotations.example.com/pem is a private key", "LEAK-annotation-pem-1c"),
+    "jobs.annotations: a password by its key": (
+        {"jobs": {"annotations": {"example.com/db-password": "LEAK-job-annotation-pw-e7"}}},
+        "jobs.annotations.example.com/db-password: a secret's value in an annotation", "LEAK-job-annotation-pw-e7"),
 }
 
 
@@ -736,6 +781,19 @@ RENDERS: dict[str, tuple[dict[str, Any], Any]] = {
                                 "sysctls": [{"name": "net.ipv4.ip_local_port_range", "value": "10000 60999"}]}},
         lambda docs: _kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["securityContext"][
             "capabilities"] == {"add": ["NET_BIND_SERVICE"], "drop": ["ALL"]}),
+    "names and values that only look like secrets": (
+        {"extraEnv": [{"name": "SIGNING_KEY_PATH", "value": "/etc/keys/signing.pem"},
+                      {"name": "KMS_KEY_ID", "value": "1234abcd-12ab-34cd-56ef-1234567890ab"},
+                      {"name": "OTEL_EXPORTER_OTLP_CLIENT_KEY", "value": "/etc/otel/client.key"},
+                      {"name": "KEYCLOAK_REALM", "value": "corp"}, {"name": "BYPASS_PROXY", "value": "1"},
+                      {"name": "DOCS_URL", "value": "https://docs.example/search?q=token&page=2"}],
+         "otel": {"env": {"OTEL_RESOURCE_ATTRIBUTES": "service.namespace=search,deployment.environment=prod",
+                          "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://otlp.example/v1/traces?tenant=search"}},
+         "podAnnotations": {"checksum/secret": "0" * 64, "vault.hashicorp.com/agent-inject-token": "true",
+                            "vault.hashicorp.com/agent-inject-secret-db": "database/creds/es-provider",
+                            "example.com/team": "search", "example.com/auth": "Basic authentication"},
+         "config": {"toml": '[embedders.remote]\nkind = "openai"\nurl = "https://emb.example/v1?api-version=2024-02-01"\n'}},
+        lambda docs: len(_kind(docs, "Deployment")) == 1),
     "the jobs get the server's extraEnv": (
         {"extraEnv": [{"name": "TZ", "value": "Europe/Paris"}, {"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
                       {"name": "MEM", "valueFrom": {"resourceFieldRef": {"containerName": "es-provider",

@@ -104,22 +104,49 @@ holds [opensearch] (the chart writes that table from `engine`).
 {{/* A URL carrying credentials (userinfo: user[:password]@host). Matched, never printed. */}}
 {{- define "es-provider.userinfoPattern" -}}[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]*@{{- end -}}
 
+{{/* A credential in a URL's query string (?api_key=..., &access_token=..., &X-Amz-Security-Token=..., &sig=...). */}}
+{{- define "es-provider.queryCredentialPattern" -}}
+(?i)[?&;]([a-z0-9]+[-_.])*(api[-_.]?key|apikey|key|token|auth|authorization|pass|passwd|password|pwd|secret|sig|signature|credentials?|jwt)=[^&#\s]
+{{- end -}}
+
+{{/*
+What makes a string a secret's value whatever name it is under, as one word (or nothing): "url" (user:password@),
+"query" (a credential in a URL's query string), "pem" (a private key), "authorization" ("Authorization: Bearer
+...", or a value that is "Bearer <token>" / "Basic <token>" alone, the token not all lower-case letters: not "basic
+setup"), "jwt" (a JSON Web Token).
+Matched, never printed: the callers fail with the word's phrase (es-provider.secretShapeSaid) and the key.
+*/}}
+{{- define "es-provider.secretShape" -}}
+{{- $value := toString . -}}
+{{- if regexMatch (include "es-provider.userinfoPattern" .) $value -}}url
+{{- else if regexMatch (include "es-provider.queryCredentialPattern" .) $value -}}query
+{{- else if regexMatch "-----BEGIN ([A-Z0-9]+ )*PRIVATE KEY-----" $value -}}pem
+{{- else if regexMatch "(?i)authorization\\s*[=:]\\s*(bearer|basic)\\s+\\S" $value -}}authorization
+{{- else if and (regexMatch "^(?i:bearer|basic)\\s+[A-Za-z0-9._~+/-]{8,}=*$" (trim $value)) (regexMatch "\\s[A-Za-z0-9._~+/=-]*[A-Z0-9._~+/=-]" (trim $value)) -}}authorization
+{{- else if regexMatch "eyJ[A-Za-z0-9_-]+\\.eyJ[A-Za-z0-9_-]+\\." $value -}}jwt
+{{- end -}}
+{{- end -}}
+{{- define "es-provider.secretShapeSaid" -}}
+{{- get (dict "url" "a URL with credentials in it (user:password@)" "query" "a URL with a credential in its query string (?api_key=..., &token=...)" "pem" "a private key (a PEM block)" "authorization" "an Authorization header's value (Bearer ..., Basic ...)" "jwt" "a JSON Web Token") . -}}
+{{- end -}}
+
 {{/*
 The places of a parsed TOML value that hold a secret literally, one a line: "literal PATH" for a string under a key
-named as a secret (password, token, secret, key, api_key, ..., never *_ref), "url PATH" for a URL with userinfo.
+named as a secret (password, token, secret, key, api_key, ..., never *_ref), "SHAPE PATH" for a string that is a
+secret by its shape (es-provider.secretShape: "url" for a URL with userinfo, "query", "pem", ...).
 Only the paths: a value is never part of the output (Helm prints fail's message).
 */}}
 {{- define "es-provider.secretsIn" -}}
 {{- $path := .path -}}
-{{- $userinfo := include "es-provider.userinfoPattern" . -}}
 {{- if kindIs "map" .value -}}
 {{- range $key, $value := .value -}}
 {{- $here := ternary $key (printf "%s.%s" $path $key) (eq $path "") -}}
 {{- if kindIs "string" $value -}}
+{{- $shape := include "es-provider.secretShape" $value -}}
 {{- if and $value (regexMatch "(?i)^(.*_)?(password|passwd|secret|token|api_?key|key|credentials?)$" $key) }}
 literal {{ $here }}
-{{- else if regexMatch $userinfo $value }}
-url {{ $here }}
+{{- else if $shape }}
+{{ $shape }} {{ $here }}
 {{- end -}}
 {{- else }}
 {{ include "es-provider.secretsIn" (dict "path" $here "value" $value) }}
@@ -129,8 +156,8 @@ url {{ $here }}
 {{- range $i, $value := .value -}}
 {{- $here := printf "%s[%d]" $path $i -}}
 {{- if kindIs "string" $value -}}
-{{- if regexMatch $userinfo $value }}
-url {{ $here }}
+{{- with include "es-provider.secretShape" $value }}
+{{ . }} {{ $here }}
 {{- end -}}
 {{- else }}
 {{ include "es-provider.secretsIn" (dict "path" $here "value" $value) }}
@@ -172,13 +199,27 @@ to [access_log.engine]'s cluster, so the refs of its credentials must be there. 
 {{- $where := splitList " " $found -}}
 {{- if eq (first $where) "literal" -}}
 {{- fail (printf "config.toml: %s holds a secret literally (the value is not shown): no secret goes in the configuration; name an environment variable instead (%s_ref = \"NAME\", as docs/configuration.md has it) and give it a secretEnv entry (a Secret)" (last $where) (last $where | splitList "." | last)) -}}
-{{- else -}}
+{{- else if eq (first $where) "url" -}}
 {{- fail (printf "config.toml: %s is a URL with credentials in it (user:password@; the value is not shown): give the URL without them, and the credentials by reference (password_ref / api_key_ref with a secretEnv entry)" (last $where)) -}}
+{{- else -}}
+{{- fail (printf "config.toml: %s is %s (the value is not shown): no secret goes in the configuration; give it by reference (a *_ref naming an environment variable, with a secretEnv entry)" (last $where) (include "es-provider.secretShapeSaid" (first $where))) -}}
 {{- end -}}
 {{- end -}}
 {{- range $name, $value := .Values.otel.env -}}
 {{- if regexMatch $userinfo (toString $value) -}}
 {{- fail (printf "otel.env.%s is a URL with credentials in it (userinfo@; the value is not shown): give the endpoint without them; the collector's credentials go in otel.headersSecret (OTEL_EXPORTER_OTLP_HEADERS from a Secret)" $name) -}}
+{{- end -}}
+{{- with include "es-provider.secretShape" $value -}}
+{{- fail (printf "otel.env.%s is %s (the value is not shown): no credential in otel.env; the collector's go in otel.headersSecret (OTEL_EXPORTER_OTLP_HEADERS from a Secret)" $name (include "es-provider.secretShapeSaid" .)) -}}
+{{- end -}}
+{{- if hasSuffix "_ATTRIBUTES" $name -}}
+{{- range splitList "," (toString $value) -}}
+{{- $pair := splitList "=" . -}}
+{{- $attribute := first $pair | trim -}}
+{{- if and (gt (len $pair) 1) (rest $pair | join "=" | trim) (regexMatch "(?i)(^|[._-])(pass|passwd|password|passphrase|secret|token|api[._-]?key|apikey|key|credentials?|creds|auth|authorization|cookie)([._-]|$)" $attribute) -}}
+{{- fail (printf "otel.env.%s: the attribute %s holds a secret (the value is not shown): resource attributes go with every span to the collector and the backend, where anyone who reads traces sees them; no credential in them (the collector's go in otel.headersSecret)" $name $attribute) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- range .Values.extraEnv -}}
@@ -191,12 +232,39 @@ to [access_log.engine]'s cluster, so the refs of its credentials must be there. 
 {{- if and .value (not (hasSuffix "_FILE" .name)) (regexMatch "(?i)(PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|CREDENTIAL)" .name) -}}
 {{- fail (printf "extraEnv.%s: a secret's value in extraEnv (the value is not shown): extraEnv is for non-secret values; credentials come from Secrets (engine.auth, secretEnv for a *_ref of the configuration)" .name) -}}
 {{- end -}}
+{{- if and .value (regexMatch "(?i)^OTEL_.*HEADERS$" .name) -}}
+{{- fail (printf "extraEnv.%s: the OTLP exporter's headers are a credential (the value is not shown): they go in otel.headersSecret (OTEL_EXPORTER_OTLP_HEADERS from a Secret), never extraEnv" .name) -}}
+{{- end -}}
+{{- /* A name made of a secret's word (DB_PASS, ENCRYPTION_KEY, *_HEADERS, *_CREDS), but not one naming a file, a
+path or an identifier (SIGNING_KEY_PATH, KMS_KEY_ID; the OTLP client key is a file's path by the OTel spec). */ -}}
+{{- if and .value (regexMatch "(?i)(^|_)(PASS|PASSPHRASE|KEYS?|HEADERS?|CREDS|AUTHORIZATION|COOKIES?|PRIVATE)(_|$)" .name) (not (regexMatch "(?i)_(FILE|PATH|DIR|ID|ARN)$" .name)) (not (regexMatch "^OTEL_EXPORTER_OTLP_([A-Z]+_)?CLIENT_KEY$" .name)) -}}
+{{- fail (printf "extraEnv.%s: a secret's value in extraEnv (the value is not shown): extraEnv is for non-secret values; credentials come from Secrets (engine.auth, secretEnv for a *_ref of the configuration)" .name) -}}
+{{- end -}}
+{{- $name := .name -}}
+{{- with and .value (include "es-provider.secretShape" .value) -}}
+{{- fail (printf "extraEnv.%s is %s (the value is not shown): extraEnv is for non-secret values; credentials come from Secrets (engine.auth, secretEnv for a *_ref of the configuration)" $name (include "es-provider.secretShapeSaid" .)) -}}
+{{- end -}}
 {{- end -}}
 {{- range .Values.extraEnv -}}
 {{- $base := trimSuffix "_FILE" .name -}}
 {{- $secretEnv := merge (dict) $.Values.secretEnv $.Values.jobs.secretEnv -}}
 {{- if or (has .name $refs) (has $base $refs) (hasKey $secretEnv .name) (hasKey $secretEnv $base) (has .name $reserved) (has $base $reserved) -}}
 {{- fail (printf "extraEnv.%s: a secret the configuration names goes through secretEnv (a mounted Secret), not extraEnv" .name) -}}
+{{- end -}}
+{{- end -}}
+{{- if regexMatch "[?#]" .Values.engine.url -}}
+{{- fail "engine.url has a query string or a fragment (the value is not shown): the service takes none (a node's URL is scheme://host[:port][/path]), and the chart would write it into the ConfigMap. Give the URL without it; the engine's credentials go in engine.auth (a Secret)" -}}
+{{- end -}}
+{{- /* Annotations are readable by whoever may read the object, and copied by every tool that lists it. */ -}}
+{{- range $where, $annotations := dict "podAnnotations" .Values.podAnnotations "jobs.annotations" .Values.jobs.annotations -}}
+{{- range $key, $value := $annotations -}}
+{{- $text := toString $value -}}
+{{- with include "es-provider.secretShape" $text -}}
+{{- fail (printf "%s.%s is %s (the value is not shown): an annotation is readable by anyone who may read the pod; a secret goes in a Secret (secretEnv)" $where $key (include "es-provider.secretShapeSaid" .)) -}}
+{{- end -}}
+{{- if and (regexMatch "(?i)(^|[-_.])(pass|passwd|password|passphrase|secret|token|api[-_.]?key|apikey|key|credentials?|creds)$" (last (splitList "/" $key))) (not (hasPrefix "checksum/" $key)) (not (regexMatch "^(true|false|[0-9]*)$" $text)) -}}
+{{- fail (printf "%s.%s: a secret's value in an annotation (the value is not shown): an annotation is readable by anyone who may read the pod; a secret goes in a Secret (secretEnv)" $where $key) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- if and (not .Values.workers) (not (and .Values.resources.limits .Values.resources.limits.cpu)) -}}

@@ -20,6 +20,8 @@ EnvName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z_
 
 class ConfigModel(StrictModel):
     """The configuration file's models: StrictModel's rules, and each field's docstring is its description
-    (docs/configuration.md is generated from them by config/reference.py)."""
+    (docs/configuration.md is generated from them by config/reference.py). TOML can write `nan` and `inf`: no
+    setting means either (a NaN score mapping answered `"score": null` and no threshold filtered), so every float
+    refuses them at start, naming its key."""
 
-    model_config = ConfigDict(use_attribute_docstrings=True)
+    model_config = ConfigDict(use_attribute_docstrings=True, allow_inf_nan=False)

@@ -78,3 +78,29 @@ def test_a_stray_index_is_withheld_a_joining_one_is_checked_at_once() -> None:
         assert "elsewhere" not in served and retriever.unchecked == {"a": {"elsewhere"}}
 
     asyncio.run(run())
+
+
+# --- 9. Non-finite numbers in the configuration are refused at start, naming the key ---
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "+inf"])
+@pytest.mark.parametrize(("section", "key"), [
+    ("scoring.bm25", "intercept"), ("scoring.vector", "relative"), ("scoring.hybrid", "lead"),
+    ("scoring.bm25", "log_rank"), ("knowledge.scoring.bm25", "intercept"), ("knowledge.scoring.hybrid", "lead"),
+])
+def test_non_finite_score_mappings_are_refused_naming_the_key(tmp_path, section: str, key: str, value: str) -> None:
+    from es_provider.config.settings import ConfigError, load_settings
+
+    base = {"intercept": "-9.0", "log_score": "0.3", "relative": "9.0", "log_rank": "0.0", "lead": "2.0"}
+    base[key] = value
+    mapping = "\n".join(f"{k} = {v}" for k, v in base.items())
+    knowledge = ('[[knowledge]]\nid = "k"\nname = "K"\nversions = ["1"]\nalias = "a"\nsecret_ref = "S"\n'
+                 'apps = ["app"]\n')
+    if section.startswith("knowledge."):
+        text = f"{knowledge}[{section}]\n{mapping}\n"
+    else:
+        text = f"[{section}]\n{mapping}\n{knowledge}"
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as refused:
+        load_settings(path)
+    assert key in str(refused.value) and "finite" in str(refused.value), str(refused.value)

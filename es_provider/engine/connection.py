@@ -152,8 +152,8 @@ class Connection:
         one is now at hand (a file re-read, AWS credentials fetched again)."""
         if isinstance(self.auth, SigV4):
             return await self.auth.renew()
-        renew = getattr(self.auth, "renew", None)
-        return bool(renew()) if renew is not None else False
+        renew = getattr(self.auth, "renew", None)  # reads a secret file: off the event loop
+        return bool(await asyncio.to_thread(renew)) if renew is not None else False
 
     async def prepare(self) -> None:
         if self._prepared:

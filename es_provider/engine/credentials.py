@@ -7,6 +7,7 @@ connection.py so that a secret lives in one small object whose repr says nothing
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import os
@@ -15,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from es_provider.config.secrets import read_secret
+from es_provider.config.secrets import SecretFileError, read_secret, read_secret_file
 
 log = logging.getLogger("es_provider.engine")
 # How often a secret file is looked at (one stat): a rotated credential is in use within this time.
@@ -28,8 +29,10 @@ class Authorizer(Protocol):
 
 class RotatingSecret:
     """A secret from `$NAME`, or from the file `$NAME_FILE` names, re-read when that file changes (its inode, size
-    or modification time, looked at once a second at most). A file that cannot be read for a moment (a rotation
-    swapping it) keeps the last value and is logged once: no request fails for it."""
+    or modification time, looked at once a second at most). The event loop only looks (one stat); the read runs in a
+    thread, bounded (config/secrets.py: a regular file of at most 64 KiB, opened without blocking), and until it is
+    done, or when the file cannot be taken (swapped mid-rotation, a FIFO, too large), the last value stays in use and
+    the reason is logged once: no request fails or waits for it."""
 
     def __init__(self, name: str, environ: Mapping[str, str], *, clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
@@ -38,6 +41,8 @@ class RotatingSecret:
         self._path = Path(environ[f"{name}_FILE"]) if environ.get(name) is None else None
         self._stamp = self._stamp_now() if self._path is not None else None
         self._checked = clock()
+        self._reading = False  # a read in a thread is under way
+        self._refused: str | None = None  # the reason last logged, so a lasting one is logged once
 
     def __repr__(self) -> str:
         return f"RotatingSecret({self.name})"
@@ -53,26 +58,49 @@ class RotatingSecret:
     def value(self) -> str:
         if self._path is None or self._clock() - self._checked < RECHECK_S:
             return self._value
-        return self.recheck()
+        self._checked = self._clock()
+        stamp = self._stamp_now()
+        if stamp != self._stamp and not self._reading:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._reread(stamp)  # no loop (a command): bounded and never blocking, so read here
+            else:
+                self._reading = True
+                loop.run_in_executor(None, self._reread, stamp).add_done_callback(self._read_done)
+        return self._value
+
+    def _read_done(self, _: object) -> None:
+        self._reading = False
 
     def recheck(self) -> str:
-        """Looks at the file now (after the engine refused the credential: a rotation may have just landed)."""
+        """Reads the file now (after the engine refused the credential: a rotation may have just landed). Blocking:
+        the Connection runs it in a thread."""
         if self._path is None:
             return self._value
         self._checked = self._clock()
         stamp = self._stamp_now()
         if stamp != self._stamp:
-            try:
-                value = self._path.read_text(encoding="utf-8").strip() or None
-                self._stamp = stamp
-            except OSError:
-                value = None
-            if value is None:
-                log.warning("engine credential: %s_FILE cannot be read now; the last value stays in use", self.name)
-            elif value != self._value:
-                self._value = value
-                log.info("engine credential: %s_FILE changed; the new value is in use", self.name)
+            self._reread(stamp)
         return self._value
+
+    def _reread(self, stamp: tuple[int, int, int] | None) -> None:
+        assert self._path is not None
+        try:
+            value = read_secret_file(str(self._path)) or None
+            why = None if value is not None else "is empty"
+        except SecretFileError as exc:
+            value, why = None, str(exc)
+        if value is None:
+            if why != self._refused:
+                log.warning("engine credential: %s_FILE %s; the last value stays in use", self.name, why)
+            self._refused = why
+            return
+        self._stamp = stamp
+        self._refused = None
+        if value != self._value:
+            self._value = value
+            log.info("engine credential: %s_FILE changed; the new value is in use", self.name)
 
 
 class HeaderAuth:

@@ -8,8 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import ssl
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,8 @@ import pytest
 from aiohttp import web
 from helpers import calls
 from helpers.proxy import EngineProxy
-from helpers.setup import api_key, bearer, load_records, new_kb
+from helpers.served import Served, kb_entry, write_config
+from helpers.setup import TEST_ENV, api_key, bearer, load_records, new_kb
 from helpers.tls_front import Certificates
 
 from es_provider.config.cluster import OpenSearchSettings
@@ -231,3 +235,65 @@ async def test_an_index_joining_the_alias_serves_nothing_before_it_is_checked(
     finally:
         await engine.delete_index(checked)
         await engine.delete_index(intruder)
+
+
+# --- 6. A secret file is read off the event loop, bounded, regular files only -----------------------------------
+
+def _post(url: str, payload: dict[str, Any], headers_: dict[str, str], timeout: float) -> int:
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers=headers_, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def _healthz_s(base: str) -> float:
+    started = time.monotonic()
+    with urllib.request.urlopen(f"{base}/healthz", timeout=3) as answer:
+        assert answer.status == 200
+    return time.monotonic() - started
+
+
+async def test_a_fifo_or_a_huge_file_in_a_secrets_place_freezes_nothing(engine, kb, opensearch, tmp_path) -> None:
+    await load_records(engine, kb, [{"document_id": "d-1", "title": "t", "content": "installation guide",
+                                     "source": {"type": "DOCUMENT", "id": "d-1", "version": "v1"},
+                                     "acl": {"public": True}, "tenant_id": "team-a"}])
+    secret = tmp_path / "engine-password"
+    secret.write_text("first-password-value\n")
+    config = write_config(tmp_path / "config.toml", opensearch.url, [kb_entry(kb.alias)])
+    text = config.read_text().replace("[opensearch]\n", '[opensearch]\nusername = "svc"\npassword_ref = "ENGINE_PW"\n')
+    config.write_text(text)
+    served = Served(config, {**TEST_ENV, "ENGINE_PW_FILE": str(secret)}, tmp_path / "service.log")
+
+    def search(timeout: float = 10.0) -> int:
+        execution = f"exec-{uuid.uuid4().hex[:10]}"
+        return _post(f"{served.base}{calls.ROUTE}", calls.body(executionId=execution),
+                     calls.headers(**{"Idempotency-Key": execution}), timeout)
+
+    try:
+        assert await asyncio.to_thread(search) == 200
+        # A FIFO in its place: opening it for reading would wait for a writer that never comes.
+        secret.unlink()
+        os.mkfifo(secret)
+        await asyncio.sleep(1.2)  # past the once-a-second look
+        for _ in range(3):
+            assert await asyncio.to_thread(search, 5.0) == 200  # the last good value stays in use
+            assert await asyncio.to_thread(_healthz_s, served.base) < 1.0
+            await asyncio.sleep(0.5)
+        # A huge file: not a password (it would become a header on every request).
+        secret.unlink()
+        with secret.open("wb") as huge:
+            huge.truncate(20 * 1024 * 1024)
+        rss_before = served.rss_kib()
+        await asyncio.sleep(1.2)
+        for _ in range(3):
+            assert await asyncio.to_thread(search, 5.0) == 200
+            await asyncio.sleep(0.5)
+        assert served.rss_kib() - rss_before < 10 * 1024, "the huge file was read"
+        logs = served.logs()
+        assert "ENGINE_PW_FILE is not a regular file" in logs and "ENGINE_PW_FILE is larger than" in logs
+        assert logs.count("ENGINE_PW_FILE is not a regular file") == 1  # a lasting reason is logged once
+        assert "first-password-value" not in logs
+    finally:
+        served.stop(timeout=10)

@@ -104,3 +104,31 @@ def test_non_finite_score_mappings_are_refused_naming_the_key(tmp_path, section:
     with pytest.raises(ConfigError) as refused:
         load_settings(path)
     assert key in str(refused.value) and "finite" in str(refused.value), str(refused.value)
+
+
+# --- 6. A secret file: a regular file of bounded size, never waited on ---
+
+def _fifo(path):  # type: ignore[no-untyped-def]
+    import os
+
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize(("make", "expected"), [
+    (lambda p: p.write_text("  s3cret \n"), "s3cret"),
+    (lambda p: (p.with_name("target").write_text("linked"), p.symlink_to(p.with_name("target"))), "linked"),
+    (_fifo, "is not a regular file"),
+    (lambda p: p.mkdir(), "is not a regular file"),
+    (lambda p: p.write_bytes(b"x" * (64 * 1024 + 1)), "is larger than 65536 bytes"),
+    (lambda p: p.write_bytes(b"\xff\xfe"), "is not UTF-8 text"),
+    (lambda p: None, "cannot be opened"),
+])
+def test_a_secret_file_is_a_bounded_regular_file(tmp_path, make, expected: str) -> None:  # type: ignore[no-untyped-def]
+    from es_provider.config.secrets import SecretFileError, read_secret_file
+
+    path = tmp_path / "secret"
+    make(path)
+    try:
+        assert read_secret_file(str(path)) == expected
+    except SecretFileError as exc:
+        assert str(exc).startswith(expected), str(exc)

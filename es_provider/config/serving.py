@@ -5,11 +5,26 @@ which these name only by id, and from the engine connection (cluster.py).
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from es_provider.config.model import ConfigModel, EnvName
+
+
+def _network(entry: str) -> str:
+    """An address or a network without host bits, in its canonical form; never every address."""
+    try:
+        network = ipaddress.ip_network(entry)
+    except ValueError as exc:
+        raise ValueError(f"not an address or a network ({exc})") from None
+    if network.prefixlen == 0:
+        raise ValueError("this is every address: every client could name its own")
+    return str(network)
+
+
+Proxy = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_network)]
 
 
 class ServerSettings(ConfigModel):
@@ -58,6 +73,16 @@ class ServerSettings(ConfigModel):
     metrics_token_ref: str | None = None
     """`GET /metrics` carries counts and timings only (no ids, content or secrets) and is open by default, for a
     scraper on a private port; naming an environment variable here makes it ask for `Bearer <that secret>`."""
+    trusted_proxies: list[Proxy] = Field(default_factory=list, max_length=1024)
+    """The proxies in front of the service (an ingress, a gateway), as addresses or CIDR networks ("10.0.0.0/8",
+    "192.0.2.7", "fd00::/8"; not with host bits, never every address). Only a connection from one of them has its
+    `forwarded_header` read, walked from the right past these proxies to the client's own address; that address is
+    the one logs name and the workbench's, the access view's and SCIM's lockouts count wrong keys against. Empty:
+    no header is ever believed, and every client behind a proxy shares the proxy's address (docs/operations.md)."""
+    forwarded_header: Literal["X-Forwarded-For", "Forwarded"] = "X-Forwarded-For"
+    """The header `trusted_proxies` write the client's address in: X-Forwarded-For (nginx ingress, Envoy, Traefik,
+    cloud load balancers) or RFC 7239 Forwarded (`for=`). Only this one is read: the other is whatever the client
+    wrote, which a proxy passes on."""
 
 
 class ApiKey(ConfigModel):

@@ -4,11 +4,11 @@ Microsoft Entra ID) provisions its users and groups into the principal store, wh
 The SCIM protocol is scim2-server's (ScimService and AsyncScimHandler: validation, PATCH, filters, sorting, ETags,
 discovery, SCIM errors); the storage is storage.DirectoryStorage. This module only carries requests to them,
 as scim2-server's own ASGI application does: the service's own bearer token checked first (in constant time,
-before any body is read; 401 in SCIM's error body otherwise, 429 once a client has sent too many wrong ones), the
-body read under admission's bounds, scim_bounds' limits (400 before anything is parsed), one request slot of the
-"scim" class (at most ACTIVE at once), the handling on the SCIM worker's thread (worker.py; never on the service's
-event loop),
-and every change logged (what, which resource, from where; never the token).
+before any body is read; the right one always accepted; a wrong one 401 in SCIM's error body, or 429 once its
+client has sent too many), the body read under admission's bounds, scim_bounds' limits (400 before anything is
+parsed), one request slot of the "scim" class (at most ACTIVE at once), the handling on the SCIM worker's thread
+(worker.py; never on the service's event loop), and every change logged (what, which resource, from where; never
+the token).
 
 Added by create_app only with `[scim] enabled = true` (with app[TOKEN] set, and app[STATE] once the engine is up).
 """
@@ -255,10 +255,12 @@ class State:
 STATE = web.AppKey("scim_state", State)
 
 
-# Wrong tokens, counted as the workbench counts wrong keys (edge/guard.py), in a Guard of SCIM's own: 10 a
-# minute from one address (an identity provider's parallel requests during a token rotation stay under it), then
-# 429 with Retry-After. The total is high, so a flood from many addresses cannot cheaply hold off the identity
-# provider's deprovisioning; at that rate a token of 16 characters or more is never guessed.
+# Wrong tokens, counted as the workbench counts wrong keys (edge/guard.py), in a Guard of SCIM's own, by the
+# client's address (kit.client_address: behind `[server] trusted_proxies`, the client's own, not the proxy's): 10 a
+# minute from one address, 1,000 in all, then a wrong token is answered 429 with Retry-After instead of 401. Only
+# wrong tokens: the right one is always accepted, whatever came before from anywhere (issue 52), so nobody who can
+# reach /scim/v2 stops the identity provider's provisioning and revocations. Guessing is then bounded by the
+# token's length (at least 16 characters, compared in constant time), not by the lockout.
 GUESSES_PER_ADDRESS = 10
 GUESSES_IN_TOTAL = 1000
 GUARD = web.AppKey("scim_guard", Guard)
@@ -271,11 +273,11 @@ def install(app: web.Application, token: bytes, state: State) -> None:
     app[GUARD] = Guard(per_address=GUESSES_PER_ADDRESS, in_total=GUESSES_IN_TOTAL)
 
 
-def locked_out(request: web.Request, wait: float) -> web.Response:
+def locked_out(request: web.Request, why: str, wait: float) -> web.Response:
     """429 in SCIM's error body, with Retry-After: this client (or everybody) used up its wrong tokens."""
     seconds = math.ceil(wait)
-    log.warning("scim: %s %s refused: locked out after wrong bearer tokens", request.method, request.path[:200],
-                extra={"remote": kit.client_address(request), "retry_after_s": seconds})
+    log.warning("scim: %s %s refused: %s; locked out after wrong bearer tokens", request.method, request.path[:200],
+                why, extra={"remote": kit.client_address(request), "retry_after_s": seconds})
     response = error_response(KnowledgeError(ErrorCode.RATE_LIMITED,
                                              safe_message="Too many wrong SCIM tokens; retry later."))
     response.headers["Retry-After"] = str(seconds)
@@ -284,19 +286,19 @@ def locked_out(request: web.Request, wait: float) -> web.Response:
 
 
 def authenticate(request: web.Request) -> web.Response | None:
-    """The service's own bearer token, compared in constant time, before anything else is read; a refusal is
-    logged with the client's address (never what it presented). Every attempt counts in the Guard until the token
-    proves right; once this client has used up its wrong tokens, the answer is a 429 (returned), and the token is
-    not even compared."""
-    guard, address, attempted = request.app[GUARD], kit.client_address(request), time.monotonic()
-    wait = guard.try_key(address, attempted)
-    if wait > 0:
-        return locked_out(request, wait)
+    """The service's own bearer token, compared in constant time, before anything else is read. The right one is
+    accepted at once and counts nothing. A wrong or missing one counts in the Guard (compared and counted with no
+    await between, so concurrent guesses cannot slip past the count); past this client's (or everybody's) share it
+    is a 429, returned, else a 401. Every refusal is logged with the client's address and its reason, never what
+    was presented."""
     presented = auth.bearer_token(request.headers.get("Authorization"))
     if presented is not None and hmac.compare_digest(presented, request.app[TOKEN]):
-        guard.forgive(address, attempted)
         return None
     why = "no bearer token" if presented is None else "wrong bearer token"
+    address = kit.client_address(request)
+    wait = request.app[GUARD].try_key(address, time.monotonic())
+    if wait > 0:
+        return locked_out(request, why, wait)
     log.warning("scim: %s %s refused: %s", request.method, request.path[:200], why, extra={"remote": address})
     raise unauthenticated(f"scim: {why}")
 

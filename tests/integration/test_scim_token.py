@@ -1,6 +1,7 @@
-"""The SCIM token (issue 37, finding 5): wrong tokens lock a client out (429 in SCIM's error body, with
-Retry-After), as wrong workbench keys do; a short token, or one equal in value to another credential of the
-service, stops the start, naming the variable and never the value."""
+"""The SCIM token (issue 37, finding 5; issue 52, finding 8): wrong tokens lock a client out (429 in SCIM's error
+body, with Retry-After), but the right token is always accepted, from a locked-out address too; a short token, or
+one equal in value to another credential of the service, stops the start, naming the variable and never the
+value."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import logging
 import uuid
 from typing import Any
 
+import orjson
 import pytest
-from helpers.scim_calls import ERROR, SCIM_TYPE, TOKEN, auth
+from helpers.scim_calls import ERROR, SCIM_TYPE, TOKEN, USER, auth, patch
 from helpers.setup import API_KEY, CALLBACK_SECRET, TEST_ENV, api_key, new_kb, settings_for
 
 from es_provider.core.errors import StartupError
@@ -20,21 +22,35 @@ WB_KEY = "workbench-key-0123456789"
 VIEW_KEY = "access-view-key-0123456789"
 
 
-async def test_wrong_tokens_lock_the_client_out(client_for, caplog) -> None:
+async def test_wrong_tokens_lock_the_client_out_but_never_the_right_token(client_for, caplog) -> None:
+    # Issue 52, finding 8: a locked-out address used to be refused the right token too, so anybody behind the same
+    # ingress as the identity provider stopped provisioning with ten wrong tokens a minute.
     client = await client_for(new_kb(), env={"SCIM_TOKEN": TOKEN}, scim={"enabled": True, "token_ref": "SCIM_TOKEN"},
                               directory={"index": f"test-principals-{uuid.uuid4().hex}"})
     statuses = [(await client.get("/scim/v2/Users", headers=auth(f"wrong-{n:02d}-0123456789abcdef"))).status
                 for n in range(scim.GUESSES_PER_ADDRESS)]
     assert statuses == [401] * scim.GUESSES_PER_ADDRESS
     with caplog.at_level(logging.INFO):
-        for token in ("wrong-again-0123456789abcdef", TOKEN):  # locked out: even the right token waits
-            locked = await client.get("/scim/v2/Users", headers=auth(token))
+        for headers in (auth("wrong-again-0123456789abcdef"), {"Content-Type": SCIM_TYPE}):  # wrong, or none
+            locked = await client.get("/scim/v2/Users", headers=headers)
             assert locked.status == 429
             assert locked.content_type == SCIM_TYPE
             assert 0 < int(locked.headers["Retry-After"]) <= 60
             body = await locked.json()
             assert body["schemas"] == [ERROR] and body["status"] == "429" and "retry later" in body["detail"]
-    assert any("locked out" in r.getMessage() for r in caplog.records if r.name == "es_provider.scim")
+        # The right token, from the same locked-out address: read, create, change — each accepted at once.
+        assert (await client.get("/scim/v2/Users", headers=auth())).status == 200
+        made = await client.post("/scim/v2/Users", headers=auth(), data=orjson.dumps(
+            {"schemas": [USER], "userName": "u-locked-out-idp"}))
+        assert made.status == 201, await made.text()
+        changed = await client.patch(f"/scim/v2/Users/{(await made.json())['id']}", headers=auth(), data=patch(
+            {"op": "replace", "path": "active", "value": False}))
+        assert changed.status == 200, await changed.text()
+        assert (await client.get("/scim/v2/Users", headers=auth("wrong-still-0123456789abcdef"))).status == 429
+    scim_lines = [r for r in caplog.records if r.name == "es_provider.scim"]
+    locked_lines = [r.getMessage() for r in scim_lines if "locked out" in r.getMessage()]
+    assert len(locked_lines) == 3 and sum("no bearer token" in line for line in locked_lines) == 1, locked_lines
+    assert all(getattr(r, "remote", None) == "127.0.0.1" for r in scim_lines if "refused" in r.getMessage())
     assert all(TOKEN not in r.getMessage() for r in caplog.records)
 
 

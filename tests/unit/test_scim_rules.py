@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from typing import Any
 
 import orjson
@@ -145,6 +146,33 @@ def test_only_its_own_bearer_token_passes(authorization: str | None, accepted: b
     with pytest.raises(KnowledgeError) as refused:
         scim.authenticate(request)
     assert refused.value.status == 401 and refused.value.code is ErrorCode.ACCESS_DENIED
+
+
+@pytest.mark.parametrize("everybody", [False, True], ids=["this-address", "everybody"])
+def test_the_right_token_passes_a_lockout_and_a_wrong_one_does_not(everybody: bool) -> None:
+    """Issue 52, finding 8: only wrong tokens are throttled. Once this address (or every address together) has
+    used up its wrong tokens, a wrong one is a 429 and counts nothing more; the right one is accepted, counting
+    nothing either."""
+    guard = scim.Guard(per_address=3, in_total=3)
+    app: Any = {scim.TOKEN: TOKEN, scim.GUARD: guard}
+
+    def sent(authorization: str | None) -> Any:
+        headers = {"Authorization": authorization} if authorization is not None else {}
+        return make_mocked_request("GET", "/scim/v2/Users", headers=headers, app=app)
+
+    for n in range(3):
+        with pytest.raises(KnowledgeError) as refused:
+            scim.authenticate(sent(f"Bearer wrong-{n}-0123456789abcdef") if n else sent(None))
+        assert refused.value.status == 401
+    if everybody:  # another address entirely: the total is used up
+        guard = app[scim.GUARD] = scim.Guard(per_address=3, in_total=3)
+        for n in range(3):
+            guard.try_key(f"192.0.2.{n}", time.monotonic())
+    locked = scim.authenticate(sent("Bearer wrong-again-0123456789abcdef"))
+    assert locked is not None and locked.status == 429 and 0 < int(locked.headers["Retry-After"]) <= 60
+    for _ in range(5):
+        assert scim.authenticate(sent(f"Bearer {TOKEN.decode()}")) is None
+    assert scim.authenticate(sent(None)) is not None  # no token at all is no right token
 
 
 @pytest.mark.parametrize(("method", "url", "path", "query"), [

@@ -55,6 +55,14 @@ def wanted(settings: Settings, today: dt.date, days: int = 2, *, serving: bool =
     return found
 
 
+def forbidden_to_look(exc: KnowledgeError) -> bool:
+    """A 403 on looking whether the index is there (not on making it): it may well exist, so "missing" would be
+    wrong and `prepare` would not help."""
+    cause = exc.__cause__
+    status = getattr(cause, "status_code", None)
+    return status == 403 and "indices:admin/create" not in str(getattr(cause, "info", "")) + (exc.detail or "")
+
+
 def today() -> dt.date:
     return dt.datetime.now(dt.UTC).date()
 
@@ -74,11 +82,13 @@ class Keeper:
         self._engine = engine
         self._indices = indices
         self.problems: dict[str, str] = {}  # index → why it is missing and was not made (due now only)
+        self.forbidden: set[str] = set()  # of those, the ones the engine user may not even look at (403)
         self._checked = False
         self.looked = asyncio.Event()  # set after the first look (the start waits a moment for it)
 
     async def check(self) -> dict[str, str]:
         problems: dict[str, str] = {}
+        forbidden: set[str] = set()
         for index in self._indices():
             try:
                 if await ensure(self._engine, index):
@@ -86,9 +96,15 @@ class Keeper:
             except KnowledgeError as exc:
                 if index.due:
                     problems[index.name] = exc.detail or exc.code.value
-                log.warning("the %s index %s is missing and cannot be made (%s): run `es-provider prepare` as a "
-                            "user of the ingest duty", index.purpose, index.name, exc.detail)
-        self.problems, self._checked = problems, True
+                if forbidden_to_look(exc):
+                    forbidden.add(index.name)
+                    log.warning("the %s index %s cannot be looked at: the engine user may not read it (%s); grant "
+                                "the serve duty's role (`es-provider check --duty serve`)", index.purpose, index.name,
+                                exc.detail)
+                else:
+                    log.warning("the %s index %s is missing and cannot be made (%s): run `es-provider prepare` as a "
+                                "user of the ingest duty", index.purpose, index.name, exc.detail)
+        self.problems, self.forbidden, self._checked = problems, forbidden & set(problems), True
         self.looked.set()
         return problems
 

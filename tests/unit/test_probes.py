@@ -165,11 +165,35 @@ def test_grants_refuse_while_a_privilege_is_missing() -> None:
 
 @pytest.mark.parametrize("duty", list(Duty))
 def test_the_serve_settings_select_only_what_they_use(duty: Duty) -> None:
-    listed = probes.privileges_of(_settings(), duty)
-    if duty is Duty.SERVE:  # no knowledge base embeds, signs, or reads the store
+    settings = Settings.model_validate({"opensearch": {"url": "http://127.0.0.1:1"}, "access_log": {"enabled": False}},
+                                       strict=False)
+    listed = probes.privileges_of(settings, duty)
+    if duty is Duty.SERVE:  # no knowledge base embeds, signs, or reads the store; no access record
         assert {p.target for p in listed} == {Target.CLUSTER, Target.KNOWLEDGE}
     else:
         assert listed == list(DUTIES[duty])
+
+
+ACCESS_WRITES = {"indices:admin/get", "indices:admin/create", "indices:data/write/bulk", "indices:data/write/bulk[s]",
+                 "indices:data/write/index", "indices:admin/delete"}
+
+
+@pytest.mark.parametrize(("access_log", "scim", "on_access", "on_principals"), [
+    ({"enabled": False}, False, set(), set()),
+    ({}, False, ACCESS_WRITES, set()),  # the record on the same cluster: serve writes and sweeps it
+    ({"view_key_ref": "VIEW_KEY"}, False, ACCESS_WRITES | {"indices:data/read/search"}, set()),  # and reads it
+    ({"sinks": ["file"], "directory": "/tmp/x"}, False, set(), set()),  # a file sink asks the engine nothing
+    ({"engine": {"url": "http://127.0.0.1:2"}}, False, set(), set()),  # another cluster: its own user (access)
+    ({"enabled": False}, True, set(), {p.action for p in DUTIES[Duty.DIRECTORY] if p.target is Target.PRINCIPALS}),
+])
+def test_the_serve_duty_has_what_the_serving_process_does_on_its_cluster(
+        access_log: dict[str, Any], scim: bool, on_access: set[str], on_principals: set[str]) -> None:
+    settings = Settings.model_validate({"opensearch": {"url": "http://127.0.0.1:1"}, "access_log": access_log,
+                                        "scim": {"enabled": scim, "token_ref": "SCIM_TOKEN"}}, strict=False)
+    listed = probes.privileges_of(settings, Duty.SERVE)
+    assert {p.action for p in listed if p.target is Target.ACCESS} == on_access
+    assert {p.action for p in listed if p.target is Target.PRINCIPALS} >= on_principals
+    assert len({p.key for p in listed}) == len(listed)  # each privilege once
 
 
 @pytest.mark.parametrize(("finding", "row", "note"), [

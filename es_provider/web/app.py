@@ -32,7 +32,7 @@ from es_provider.edge.auth import ReplayCache, load_credentials
 from es_provider.edge.grants import Grants, named
 from es_provider.edge.guard import Guard
 from es_provider.edge.idempotency import IdempotencyCache
-from es_provider.edge.kit import ERROR_CODE, Protocol
+from es_provider.edge.kit import ERROR_CODE, Protocol, client_address
 from es_provider.edge.own_indices import Keeper
 from es_provider.edge.replays import SharedReplays
 from es_provider.edge.service import SERVICES, Services
@@ -201,7 +201,7 @@ def error_middleware(protocols: tuple[Protocol, ...], metrics: Metrics, query_ke
         if recorder is not None and protocol is not None and protocol.recorded \
                 and request.match_info.handler not in unrecorded:
             entry = request[access.ENTRY] = access.Entry(protocol.name, route, request.method,
-                                                         request.remote or "unknown", query_key=query_key)
+                                                         client_address(request), query_key=query_key)
         error: KnowledgeError | None = None
         try:
             services = request.app.get(SERVICES)
@@ -284,7 +284,7 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
     if token is not None:
         presented = auth.bearer_token(request.headers.get("Authorization"))
         if presented is None or not hmac.compare_digest(presented, token):
-            log.info("refused /metrics from %s: missing or wrong metrics token", request.remote)
+            log.info("refused /metrics from %s: missing or wrong metrics token", client_address(request))
             return web.Response(status=401, headers={"WWW-Authenticate": "Bearer"})
     return web.Response(body=request.app[METRICS].exposition(), content_type="text/plain", charset="utf-8")
 

@@ -315,6 +315,7 @@ TIMING = (
     "tests/integration/test_scim_load.py::",
     "tests/integration/test_sigv4_domain.py::test_short_lived_credentials_renewed_mid_run_fail_no_request",
     "tests/unit/test_passage_cost.py::",
+    "tests/integration/test_passage_bounds.py::",
 )
 
 

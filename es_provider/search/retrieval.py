@@ -1,5 +1,5 @@
-"""The protocol-neutral flow: mode → (embed query) → build → search → fuse/normalise → re-check → (rerank) →
-threshold → cut."""
+"""The protocol-neutral flow: mode → (embed query) → build → search → fuse/normalise → re-check → passages →
+(rerank) → threshold → cut."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
 from es_provider.config.knowledge import KnowledgeBase, RetrievalMode, ScoringSettings
@@ -140,6 +141,9 @@ async def run_search(
         if span.is_recording():  # no attribute dict per request with traces off
             span.set_attributes({"es_provider.recheck.kept": len(chunks), "es_provider.recheck.dropped": dropped,
                                  "es_provider.recheck.dropped_reason": "permission re-check" if dropped else ""})
+    # A whole document is answered (and reranked) as the part of it that answers (passage.py).
+    chunks = await with_passages(chunks, retrieval.query, {kb.id: kb.passage_chars for kb in retrieval.knowledge},
+                                 budget)
     outcome = None
     if rerank is not None:
         with tracing.step("rerank", {"es_provider.rerank.candidates": len(chunks)}) as span:
@@ -149,6 +153,40 @@ async def run_search(
     # Not cut here: the result's `chunks` is the topK cut, and SparkTide also reads past it (domain.SearchResult).
     return SearchResult(ranked=tuple(chunks), top_k=retrieval.top_k, applied_filters=plan.applied_filters,
                         dropped=dropped, rerank=outcome, unchecked=unchecked)
+
+
+# Passages are cut in threads of their own (issue 52: a 3M-character document held the event loop 1.7 s a hit): the
+# work per hit is bounded (passage.py) but a request may carry many whole documents. Two threads: the interpreter runs
+# one at a time anyway, and the default executor stays free for what else runs in threads (secret files, the spool).
+_PASSAGES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="es-provider-passage")
+
+
+def cut_passages(texts: Sequence[tuple[str, int]], query: str, expires_at: float,
+                 clock: Callable[[], float] = time.monotonic) -> list[str] | None:
+    """Each (text, size)'s passage, or None when the deadline (`clock` seconds) passes before the last is cut."""
+    cut = []
+    for text, size in texts:
+        if clock() >= expires_at:
+            return None
+        cut.append(passage(text, query, size))
+    return cut
+
+
+async def with_passages(chunks: list[Chunk], query: str, sizes: Mapping[str, int], budget: Budget) -> list[Chunk]:
+    """The chunks, a text longer than its knowledge base's `passage_chars` (`sizes`, by id) cut to its passage, off
+    the event loop. The deadline passing first is the protocol's timeout error: an answer after it is read by no
+    one, and the start of a document in place of its passage would be a worse answer passed off as the best."""
+    long = [n for n, chunk in enumerate(chunks) if len(chunk.content) > sizes[chunk.knowledge_id]]
+    if not long:
+        return chunks
+    texts = [(chunks[n].content, sizes[chunks[n].knowledge_id]) for n in long]
+    cut = await asyncio.get_running_loop().run_in_executor(_PASSAGES, cut_passages, texts, query, budget.expires_at)
+    if cut is None:
+        raise KnowledgeError(ErrorCode.TIMED_OUT, detail="cutting passages of whole documents outlived the deadline")
+    chunks = list(chunks)
+    for n, text in zip(long, cut, strict=True):
+        chunks[n] = dataclasses.replace(chunks[n], content=text)
+    return chunks
 
 
 def indices_of(responses: list[dict[str, Any]]) -> set[str]:
@@ -195,8 +233,6 @@ def _rechecked(retrieval: SearchRequest, responses: list[dict[str, Any]], plan: 
         except MalformedHit as exc:
             log.error("skipped malformed chunk: %s", exc, extra={"chunk_id": hit.get("_id")})
             continue
-        if len(chunk.content) > kb.passage_chars:  # a whole document: the part of it that answers
-            chunk = dataclasses.replace(chunk, content=passage(chunk.content, retrieval.query, kb.passage_chars))
         if scored and below(chunk, retrieval.score_threshold):
             continue
         if kb.one_chunk_per_document:

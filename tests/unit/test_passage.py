@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import bisect
 import random
+import threading
+import time
+from unittest import mock
 
 import pytest
 from helpers.long_texts import COMMON, cjk_text, english_text
 
+from es_provider.core.deadline import Budget
+from es_provider.core.errors import ErrorCode, KnowledgeError
+from es_provider.search.domain import Chunk
 from es_provider.search.passage import FOLD_PASSES, MAX_HITS, SCAN_PASSES, _densest, _hits, passage, scan_chars
 from es_provider.search.query import query_units
+from es_provider.search.retrieval import cut_passages, with_passages
 
 FILLER = "Nothing of note happens in this sentence at all. " * 40  # 2,000 characters without the query's words
 ANSWER = "The spark plugs of the engine are replaced every year. The spark gap is checked too. "
@@ -118,3 +125,39 @@ def _densest_by_bisection(hits: list[int], size: int) -> int | None:
         if count > best:
             best, first = count, at
     return first
+
+
+# --- cut off the event loop, within the deadline (search/retrieval.py) ------------------------------------------
+
+def _chunk(content: str, kb: str = "kb") -> Chunk:
+    return Chunk(knowledge_id=kb, chunk_id="c", document_id="d", content=content, title=None, tenant_id=None,
+                 source={}, metadata={}, score=0.5)
+
+
+def test_passages_stop_when_the_deadline_passes() -> None:
+    ticks = iter([0.0, 1.0, 2.0])
+    assert cut_passages([(BOOK, 400)] * 3, "spark", 5.0, clock=lambda: 0.0) == [passage(BOOK, "spark", 400)] * 3
+    assert cut_passages([(BOOK, 400)] * 3, "spark", 1.5, clock=lambda: next(ticks)) is None  # after the second
+    assert cut_passages([], "spark", 0.0) == []
+
+
+async def test_passages_are_cut_off_the_event_loop() -> None:
+    threads: list[str] = []
+
+    def spy(text: str, query: str, size: int) -> str:
+        threads.append(threading.current_thread().name)
+        return text[:size]
+
+    chunks = [_chunk(BOOK), _chunk("short"), _chunk(BOOK, kb="wide")]
+    budget = Budget(expires_at=time.monotonic() + 10)
+    with mock.patch("es_provider.search.retrieval.passage", spy):
+        got = await with_passages(chunks, "spark", {"kb": 400, "wide": 100_000}, budget)
+    assert [len(c.content) for c in got] == [400, 5, len(BOOK)]  # only what is longer than its base's passage_chars
+    assert len(threads) == 1 and threads[0] != threading.current_thread().name
+    assert await with_passages(chunks[1:], "spark", {"kb": 400, "wide": 100_000}, budget) == chunks[1:]
+
+
+async def test_a_deadline_spent_before_the_passages_is_the_timeout_error() -> None:
+    with pytest.raises(KnowledgeError) as refused:
+        await with_passages([_chunk(BOOK)], "spark", {"kb": 400}, Budget(expires_at=time.monotonic() - 0.01))
+    assert refused.value.code is ErrorCode.TIMED_OUT

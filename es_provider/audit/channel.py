@@ -21,9 +21,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from es_provider.audit.lines import Refusal
 from es_provider.audit.sinks import Sink
-from es_provider.audit.spool import Claimed, SetAside, Spool, SpoolFull
+from es_provider.audit.spool import Claimed, Refusal, SetAside, Spool, SpoolFull
 from es_provider.config.audit import AccessLogSettings
 from es_provider.core.errors import KnowledgeError
 

@@ -11,11 +11,15 @@ create-only by record id: written twice, it is one record). Nothing is dropped s
 - the index sink has a durable spool (`spool`, on by default): records it has not taken after max_delay_s / 2 go
   from memory to local files (Spool), so a sink down for longer (a node lost, the day's index write-blocked or
   closed, our user refused) is neither a refusal nor a loss; the writer drains the spool, oldest file first, once
-  the engine takes writes again. Only a full or unwritable spool makes the sink "down";
+  the engine takes writes again. Only a full or unwritable spool makes the sink "down". The spool belongs to one
+  cluster (its folder is keyed by the records' cluster and prefix) and drains only lines this service signed
+  (lines.py): what others put in its folder is refused, counted and logged, never written;
 - only a record the engine rejects for its own content (access.rejected_for_content) is dropped, counted and
   logged; a block, a closed index, a permission or shard error is an outage (tried again, spooled or refused);
 - `close()` (the service's stop, SIGTERM included) writes what is queued before the process exits, and spools
-  what the sink does not take.
+  what the sink does not take; each of its waits is bounded, a spool stuck on its file system included;
+- `stuck()`: why the record is not kept as it should be although answers are not refused (a writer that ended, a
+  spool drain stuck or unreadable), for readiness.
 
 sinks.py holds where records go, spool.py the index sink's spool, channel.py one sink's queue and writer; here the
 Recorder over them, and the way back to what the sinks hold.
@@ -36,7 +40,7 @@ from aiohttp import web
 from es_provider.audit import access
 from es_provider.audit.channel import Channel, Counted
 from es_provider.audit.sinks import FileSink, IndexSink, Sink
-from es_provider.audit.spool import Spool, spool_folder
+from es_provider.audit.spool import Spool, leftovers, spool_folder
 from es_provider.config.audit import AccessLogSettings
 from es_provider.core.deadline import fixed_budget
 from es_provider.engine.client import Engine
@@ -44,6 +48,8 @@ from es_provider.engine.client import Engine
 log = logging.getLogger("es_provider.access")
 CLOSE_WAIT_S = 15.0  # how long the stop waits for a sink to take what is queued
 CLOSE_TRIES = 3  # ... and how many failed writes it tries before it gives up
+CLOSE_SPOOL_S = 5.0  # ... and how long for the spool to take what the sink did not
+CANCEL_WAIT_S = 2.0  # ... and for the writers to end once cancelled (they end at once: nothing they await blocks)
 
 
 class Recorder:
@@ -55,10 +61,11 @@ class Recorder:
         self._dropped = dropped
         self.channels = [
             Channel(sink, settings, dropped=dropped, written=written, spooled=spooled, drained=drained,
-                    spool=Spool(spool_folder(settings), settings.spool_max_bytes)
+                    spool=Spool(spool_folder(settings, sink.nodes()), settings.spool_max_bytes, settings.retention_days)
                     if settings.spool and isinstance(sink, IndexSink) else None)
             for sink in sinks]
         self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
         self._unlogged = 0  # drops not yet in a log line: a sink down under load logs once a second, not per record
         self._logged_at = 0.0
 
@@ -70,6 +77,17 @@ class Recorder:
             if channel.spool is not None:
                 log.info("access record: the %s sink spools to %s (up to %d bytes)", channel.sink.name,
                          channel.spool.directory, channel.spool.max_bytes)
+                for name, files in leftovers(channel.spool.directory):
+                    log.warning("access record: the spool folder %s beside it holds %d files of another cluster, "
+                                "URL or version: not drained here", name, files)
+
+    def stuck(self) -> str | None:
+        """Why the access record is not being kept as it should be while answers are not refused: a writer or
+        spooler that ended, a spool file operation stuck, a spool that cannot be read (a readiness reason)."""
+        if not self._closing and any(task.done() for task in self._tasks):
+            return "a writer of the access record stopped"
+        now = time.monotonic()
+        return next((f"the {c.sink.name} sink: {why}" for c in self.channels if (why := c.stuck(now))), None)
 
     def refusing(self) -> bool:
         """In "refuse" mode, whether an answer must not be given now (a sink down, or a queue full)."""
@@ -105,9 +123,11 @@ class Recorder:
     async def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
         """Stops the writers, then writes what is queued (up to `wait_s`); what still cannot be written is counted
         and logged as lost."""
+        self._closing = True
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=CANCEL_WAIT_S)
         deadline = time.monotonic() + wait_s
         for channel in self.channels:
             channel.release_claim()
@@ -121,11 +141,10 @@ class Recorder:
                             await asyncio.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
                 except TimeoutError:
                     break
-            if channel.queue and channel.spool is not None and await channel.spool_out():
+            if channel.queue and channel.spool is not None and await channel.spool_out(wait_s=CLOSE_SPOOL_S):
                 log.warning("access record: the %s sink's unwritten records are in the spool (%s) for the next start",
                             channel.sink.name, channel.spool.directory)
-            if channel.spool is not None:
-                channel.spool.seal()
+            channel.seal_spool()
             if channel.queue:
                 self._dropped("stopped", len(channel.queue))
                 log.error("access record: %d records not written to the %s sink before the stop", len(channel.queue),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import os
+import re
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,6 +33,23 @@ class Sink(Protocol):
     async def expire(self, retention_days: int) -> list[str]: ...
 
 
+_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
+
+
+def _storable(batch: list[dict[str, Any]]) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, str]]]:
+    """Pure: the records a sink can file — (position, record) — and the others, rejected for their content (a
+    `time` or `id` of the wrong type would stop the writer: its day and name are made of them)."""
+    storable, unstorable = [], []
+    for position, r in enumerate(batch):
+        time_text, name = r.get("time"), r.get("id")
+        if isinstance(time_text, str) and _TIME.fullmatch(time_text) and isinstance(name, str) \
+                and 0 < len(name) <= 512:
+            storable.append((position, r))
+        else:
+            unstorable.append((position, "not an access record (time or id)"))
+    return storable, unstorable
+
+
 class IndexSink:
     name = "index"
 
@@ -42,16 +60,21 @@ class IndexSink:
     async def prepare(self) -> None:
         pass  # each day's index is made by its first write
 
+    def nodes(self) -> list[str]:
+        """The records' cluster: its nodes' URLs as the client normalized them (the spool's folder is keyed by)."""
+        return [f"{n.scheme}://{n.host.lower()}:{n.port}{n.prefix}" for n in self.engine.connection.nodes]
+
     async def write(self, batch: list[dict[str, Any]]) -> list[tuple[int, str]]:
-        rows = [(access.daily_index(self.prefix, r["time"]), r["id"], orjson.dumps(r)) for r in batch]
-        failed = await self.engine.append(rows, access.INDEX_BODY)
+        storable, unstorable = _storable(batch)
+        rows = [(access.daily_index(self.prefix, r["time"]), r["id"], orjson.dumps(r)) for _, r in storable]
+        failed = await self.engine.append(rows, access.INDEX_BODY) if rows else []
         # The whole batch is tried again when any item is refused for the sink's sake (the written ones are 409s
         # the next time: create-only by id).
         retry = [f for f in failed if not access.rejected_for_content(f[1], f[2])]
         if retry:
             raise KnowledgeError(ErrorCode.UNAVAILABLE,
                                  detail=f"{len(retry)} records refused for now ({retry[0][1]} {retry[0][2]})")
-        return [(position, f"{status} {kind}") for position, status, kind in failed]
+        return unstorable + [(storable[position][0], f"{status} {kind}") for position, status, kind in failed]
 
     async def expire(self, retention_days: int) -> list[str]:
         names = await self.engine.list_indices(f"{self.prefix}-*")
@@ -74,11 +97,12 @@ class FileSink:
         await asyncio.to_thread(self.directory.mkdir, parents=True, exist_ok=True)
 
     async def write(self, batch: list[dict[str, Any]]) -> list[tuple[int, str]]:
+        storable, unstorable = _storable(batch)
         by_file: dict[str, list[bytes]] = {}
-        for r in batch:
+        for _, r in storable:
             by_file.setdefault(access.daily_file(r["time"]), []).append(access.json_line(r))
         await asyncio.to_thread(self._append, by_file)
-        return []
+        return unstorable
 
     def _append(self, by_file: dict[str, list[bytes]]) -> None:
         for name, lines in by_file.items():

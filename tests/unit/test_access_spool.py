@@ -1,7 +1,8 @@
 """The access record's failure rules and durable spool (audit/recorder.py, channel.py, spool.py, access.py), without an engine: which item
 errors are the record's fault, JSON Lines lines that split the Python way, and a sink that is down for longer than
 max_delay_s — its records go to the spool (no refusal), come back out once it takes writes, and survive the process
-(the next start drains them); a full spool refuses as no spool does."""
+(the next start drains them); a full spool refuses as no spool does. What the spool refuses is in
+test_access_spool_refusals.py."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 from es_provider.audit import access
 from es_provider.audit.recorder import Recorder
 from es_provider.audit.sinks import IndexSink
-from es_provider.audit.spool import Spool, SpoolFull, spool_folder
+from es_provider.audit.spool import Refusal, Spool, SpoolFull, sign, spool_folder
 from es_provider.config.audit import AccessLogSettings
 from es_provider.core.errors import ErrorCode, KnowledgeError
 
@@ -64,14 +65,29 @@ def settings(tmp_path: Path, **changes: Any) -> AccessLogSettings:
                                 "spool_dir": str(tmp_path), **changes})
 
 
+NODES = ["http://flaky:9200"]  # the records' cluster of these tests
+
+
+def rid(n: int) -> str:
+    return f"{n:026x}"
+
+
 def record(n: int) -> dict[str, Any]:
-    return {"id": f"r{n:04d}", "time": "2026-12-02T10:00:00.000Z", "subject": "u-alice"}
+    """An access record as the service makes one (the spool drains nothing else)."""
+    entry = access.Entry("sparktide", "/agent/knowledge/{knowledge_id}/{version}", "POST", "127.0.0.1", id=rid(n),
+                         subject="u-alice", knowledge=[("kb", "1.0.0")])
+    return access.record(entry, status=200, code="OK", moment=access.now_iso(), duration_ms=1.0, worker=1)
+
+
+def folder(config: AccessLogSettings) -> Path:
+    return spool_folder(config, NODES)
 
 
 class FlakySink(IndexSink):
     """Takes nothing while `down` (raises, as an engine outage does); keeps what it took by id."""
 
     def __init__(self) -> None:
+        self.prefix = "rec"
         self.down = False
         self.hang = False
         self.kept: dict[str, dict[str, Any]] = {}
@@ -88,6 +104,9 @@ class FlakySink(IndexSink):
 
     async def expire(self, retention_days: int) -> list[str]:
         return []
+
+    def nodes(self) -> list[str]:
+        return NODES
 
 
 def recorder(config: AccessLogSettings, sink: FlakySink, counts: dict[str, int]) -> Recorder:
@@ -128,10 +147,10 @@ async def test_a_sink_down_past_max_delay_spools_instead_of_refusing(tmp_path: P
     try:
         sink.down, sink.hang = True, hang
         kept, refused = await answer_for(rec, 5 * config.max_delay_s)
-        assert refused == 0 and counts["spooled"] >= kept // 2 and Spool(spool_folder(config), 1 << 20).files()
+        assert refused == 0 and counts["spooled"] >= kept // 2 and Spool(folder(config), 1 << 20).files()
         sink.down = sink.hang = False
         more, refused = await answer_for(rec, 0.5, first=kept)
-        await until(lambda: len(sink.kept) == kept + more and not Spool(spool_folder(config), 1).files())
+        await until(lambda: len(sink.kept) == kept + more and not Spool(folder(config), 1).files())
     finally:
         await rec.close()
     assert refused == 0 and counts.get("dropped", 0) == 0
@@ -146,9 +165,9 @@ async def test_a_full_spool_refuses_and_recovers(tmp_path: Path) -> None:
     try:
         sink.down = True
         kept, refused = await answer_for(rec, 6 * config.max_delay_s)
-        assert refused > 0 and Spool(spool_folder(config), 1).size() <= 2048
+        assert refused > 0 and Spool(folder(config), 1).size() <= 2048
         sink.down = False
-        await until(lambda: not rec.refusing() and len(sink.kept) == kept and not Spool(spool_folder(config), 1).files())
+        await until(lambda: not rec.refusing() and len(sink.kept) == kept and not Spool(folder(config), 1).files())
     finally:
         await rec.close()
     assert counts.get("dropped", 0) == 0
@@ -163,63 +182,72 @@ async def test_what_the_stop_cannot_write_is_drained_by_the_next_start(tmp_path:
     for n in range(30):
         first.keep(record(n))
     await first.close(wait_s=0.5)
-    assert counts.get("dropped", 0) == 0 and not sink.kept and len(Spool(spool_folder(config), 1).files()) == 1
+    assert counts.get("dropped", 0) == 0 and not sink.kept and len(Spool(folder(config), 1).files()) == 1
 
     sink.down = False
     second = recorder(config, sink, counts)
     second.start()
     try:
         # Kept, and the drained file deleted (a stop between the two leaves the file for the next drain: 409s).
-        await until(lambda: len(sink.kept) == 30 and not Spool(spool_folder(config), 1).files())
+        await until(lambda: len(sink.kept) == 30 and not Spool(folder(config), 1).files())
     finally:
         await second.close()
-    assert counts["drained"] == 30 and not Spool(spool_folder(config), 1).files()
+    assert counts["drained"] == 30 and not Spool(folder(config), 1).files()
 
 
 def test_a_drain_claims_only_files_no_process_holds(tmp_path: Path) -> None:
-    mine, other = Spool(tmp_path, 1 << 20), Spool(tmp_path, 1 << 20)
+    here = tmp_path / "rec-0123456789abcdef"
+    mine, other = Spool(here, 1 << 20), Spool(here, 1 << 20)
     mine.append([record(1)])
     other.append([record(2), record(3)])
-    assert other.claim() == (None, 0)  # mine is held (locked) by its writer
+    assert other.claim() == (None, [])  # mine is held (locked) by its writer
     mine.seal()
-    claimed, torn = other.claim()
-    assert claimed is not None and [r["id"] for r in claimed.records] == ["r0001"] and torn == 0
-    assert mine.claim() == (None, 0)  # held by the other drain now; the other's own file is held by its writer
-    Spool.release(claimed, True)
+    claimed, _ = other.claim()
+    assert claimed is not None and [r["id"] for r in claimed.records] == [rid(1)] and not claimed.refused
+    assert mine.claim() == (None, [])  # held by the other drain now; the other's own file is held by its writer
+    other.release(claimed, True)
     other.seal()
     (left,) = mine.files()
-    fd = os.open(tmp_path / left, os.O_RDONLY)
+    fd = os.open(here / left, os.O_RDONLY)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a drain in another worker holds it
-    assert mine.claim() == (None, 0)
+    assert mine.claim() == (None, [])
     os.close(fd)
     claimed, _ = mine.claim()
-    assert claimed is not None and [r["id"] for r in claimed.records] == ["r0002", "r0003"]
-    Spool.release(claimed, False)  # not written: kept for the next drain
+    assert claimed is not None and [r["id"] for r in claimed.records] == [rid(2), rid(3)]
+    mine.release(claimed, False)  # not written: kept for the next drain
     assert mine.files() == [left]
 
 
 def test_a_line_a_crash_cut_short_is_skipped_and_counted(tmp_path: Path) -> None:
-    (tmp_path / "spool-00000000000000000001-1-ab.jsonl").write_bytes(
-        access.json_line(record(1)) + access.json_line(record(2)) + b'{"id": "r3", "ti')
-    claimed, torn = Spool(tmp_path, 1 << 20).claim()
-    assert claimed is not None and [r["id"] for r in claimed.records] == ["r0001", "r0002"] and torn == 1
-    Spool.release(claimed, True)
+    spool = Spool(tmp_path / "rec-0123456789abcdef", 1 << 20)
+    spool.append([record(1), record(2)])
+    spool.seal()
+    (name,) = spool.files()
+    with (spool.directory / name).open("ab") as file:
+        file.write(sign(spool.line_key(), record(3))[:-20])
+    claimed, _ = spool.claim()
+    assert claimed is not None and [r["id"] for r in claimed.records] == [rid(1), rid(2)]
+    assert claimed.refused == {Refusal.TORN: 1}
+    spool.release(claimed, True)
 
 
 def test_a_full_spool_takes_nothing(tmp_path: Path) -> None:
-    spool = Spool(tmp_path, 400)
-    spool.append([record(1)])
+    spool, first = Spool(tmp_path / "rec-0123456789abcdef", 1000), record(1)
+    spool.append([first])
     with pytest.raises(SpoolFull):
         spool.append([record(n) for n in range(10)])
     spool.seal()
     (name,) = spool.files()
-    assert (tmp_path / name).read_bytes() == access.json_line(record(1))
+    assert (spool.directory / name).read_bytes() == sign(spool.line_key(), first)
 
 
-def test_the_spool_folder_is_per_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert spool_folder(settings(tmp_path, index="rec-a")) == tmp_path / "rec-a"
+def test_the_spool_folder_is_per_prefix_and_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = spool_folder(settings(tmp_path, index="rec-a"), NODES)
+    assert a.parent == tmp_path and a.name.startswith("rec-a-") and len(a.name) == len("rec-a-") + 16
+    assert spool_folder(settings(tmp_path, index="rec-b"), NODES) != a
+    assert spool_folder(settings(tmp_path, index="rec-a"), ["http://other:9200"]) != a
     monkeypatch.setenv("ES_PROVIDER_CACHE", str(tmp_path / "cache"))
-    assert spool_folder(AccessLogSettings(index="rec-b")) == tmp_path / "cache" / "access-spool" / "rec-b"
+    assert spool_folder(AccessLogSettings(index="rec-b"), NODES).parent == tmp_path / "cache" / "access-spool"
 
 
 async def test_the_file_sink_writes_one_line_per_record_the_python_way(tmp_path: Path) -> None:

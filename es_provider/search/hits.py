@@ -45,7 +45,11 @@ def _mapped(source: Mapping[str, Any], schema: Schema, document_id: str) -> tupl
     return where, metadata
 
 
-def to_chunk(hit: Mapping[str, Any], *, knowledge_id: str, score: float | None, schema: Schema = OWN) -> Chunk:
+def to_chunk(hit: Mapping[str, Any], *, knowledge_id: str, score: float | None, schema: Schema = OWN,
+             whole_over: int | None = None) -> Chunk:
+    """`whole_over`: a text longer than this is a whole document, kept as stored: its passage is repaired once cut
+    (retrieval.with_passages), so markup repair reads a passage, never a whole document (134 ms for 3M characters
+    with residue, on the event loop)."""
     source = hit.get("_source")
     if not isinstance(source, dict | Mapping):
         raise MalformedHit("hit has no _source")
@@ -58,7 +62,7 @@ def to_chunk(hit: Mapping[str, Any], *, knowledge_id: str, score: float | None, 
         raise MalformedHit(f"chunk has no {schema.document_id}")
     if content is None:
         raise MalformedHit("chunk has no content")
-    repaired = has_markup(content)
+    repaired = (whole_over is None or len(content) <= whole_over) and has_markup(content)
     if repaired:
         content = strip_markup(content)
         if not content:

@@ -16,6 +16,7 @@ from es_provider.core import acl, metadata, tracing
 from es_provider.core.calibration import calibrate, calibrate_leg, fuse
 from es_provider.core.deadline import Budget
 from es_provider.core.errors import ErrorCode, KnowledgeError, forbidden, protocol_error
+from es_provider.core.markup import has_markup, strip_markup
 from es_provider.core.metadata import Conditions
 from es_provider.core.naming import alias_of_index
 from es_provider.core.schema import OWN, Schema
@@ -162,20 +163,24 @@ _PASSAGES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="es-provider-pa
 
 
 def cut_passages(texts: Sequence[tuple[str, int]], query: str, expires_at: float,
-                 clock: Callable[[], float] = time.monotonic) -> list[str] | None:
-    """Each (text, size)'s passage, or None when the deadline (`clock` seconds) passes before the last is cut."""
+                 clock: Callable[[], float] = time.monotonic) -> list[tuple[str, bool]] | None:
+    """Each (text, size)'s passage, its markup residue removed (and whether there was some), or None when the
+    deadline (`clock` seconds) passes before the last is cut. Cut first, repaired then: repair reads the passage."""
     cut = []
     for text, size in texts:
         if clock() >= expires_at:
             return None
-        cut.append(passage(text, query, size))
+        part = passage(text, query, size)
+        repaired = has_markup(part)
+        cut.append((strip_markup(part) if repaired else part, repaired))
     return cut
 
 
 async def with_passages(chunks: list[Chunk], query: str, sizes: Mapping[str, int], budget: Budget) -> list[Chunk]:
     """The chunks, a text longer than its knowledge base's `passage_chars` (`sizes`, by id) cut to its passage, off
-    the event loop. The deadline passing first is the protocol's timeout error: an answer after it is read by no
-    one, and the start of a document in place of its passage would be a worse answer passed off as the best."""
+    the event loop; one whose passage holds markup and no text is skipped, as to_chunk skips such a chunk. The
+    deadline passing first is the protocol's timeout error: an answer after it is read by no one, and the start of
+    a document in place of its passage would be a worse answer passed off as the best."""
     long = [n for n, chunk in enumerate(chunks) if len(chunk.content) > sizes[chunk.knowledge_id]]
     if not long:
         return chunks
@@ -183,10 +188,16 @@ async def with_passages(chunks: list[Chunk], query: str, sizes: Mapping[str, int
     cut = await asyncio.get_running_loop().run_in_executor(_PASSAGES, cut_passages, texts, query, budget.expires_at)
     if cut is None:
         raise KnowledgeError(ErrorCode.TIMED_OUT, detail="cutting passages of whole documents outlived the deadline")
-    chunks = list(chunks)
-    for n, text in zip(long, cut, strict=True):
-        chunks[n] = dataclasses.replace(chunks[n], content=text)
-    return chunks
+    cut_by = dict(zip(long, cut, strict=True))
+    kept = []
+    for n, chunk in enumerate(chunks):
+        text, repaired = cut_by.get(n, (chunk.content, chunk.repaired))
+        if not text:
+            log.error("skipped malformed chunk: its passage holds markup and no text",
+                      extra={"chunk_id": chunk.chunk_id})
+            continue
+        kept.append(dataclasses.replace(chunk, content=text, repaired=repaired) if n in cut_by else chunk)
+    return kept
 
 
 def indices_of(responses: list[dict[str, Any]]) -> set[str]:
@@ -229,7 +240,7 @@ def _rechecked(retrieval: SearchRequest, responses: list[dict[str, Any]], plan: 
             log.error("hit from an index outside the request", extra={"index": hit.get("_index")})
             continue
         try:
-            chunk = to_chunk(hit, knowledge_id=kb.id, score=score, schema=schema)
+            chunk = to_chunk(hit, knowledge_id=kb.id, score=score, schema=schema, whole_over=kb.passage_chars)
         except MalformedHit as exc:
             log.error("skipped malformed chunk: %s", exc, extra={"chunk_id": hit.get("_id")})
             continue

@@ -1,9 +1,9 @@
 """Issue 52, finding 7: a whole document's passage is bounded work, cut off the event loop, within the deadline. An
-existing index keeps one 3,000,000-character Chinese document whole; four Dify calls (the service's 4 s budget) ask
-it a pasted paragraph at once, on a served process of its own. Before, each hit cost 1.2 s of CPU on the event loop:
-the calls answered one after the other, the last past its budget, and /healthz and a small search on another
-knowledge base waited behind them. Now every call answers within its budget with the passage (≤ passage_chars), and
-the small requests answer meanwhile as fast as alone."""
+existing index keeps one 3,000,000-character Chinese document whole (with an HTML export's `<br>` residue); four
+Dify calls (the service's 4 s budget) ask it a pasted paragraph at once, on a served process of its own. Before, each
+hit cost 1.1 s of CPU on the event loop: the calls answered at 1.4, 2.7, 3.8 and 5.0 s, and /healthz and a small
+search on another knowledge base waited 3.5 s behind them. Now every call answers within its budget (0.15-0.35 s)
+with the passage (≤ passage_chars), and the small requests answer meanwhile in tens of milliseconds."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def _config(path: Path, url: str, books: str, notes: str) -> Path:
 
 @pytest.fixture
 async def service(engine: Any, opensearch: Any, tmp_path: Path) -> AsyncIterator[Served]:
-    big = await asyncio.to_thread(cjk_text, BIG)
+    big = (await asyncio.to_thread(cjk_text, BIG)).replace("。", "。<br>")[:BIG]  # residue of an HTML export
     books = await _index(engine, [_doc("big", big), _doc("small", cjk_text(3000, seed=5))])
     notes = await _index(engine, [_doc(f"note-{n}", f"installation note {n} alpha beta") for n in range(20)])
     served = None

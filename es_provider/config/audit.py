@@ -54,7 +54,8 @@ class AccessLogSettings(ConfigModel):
     of waiting in memory, and written to the engine when it takes writes again; answers are refused only when the
     spool is full or cannot be written. Off: past max_delay_s answers are refused (on_sink_failure = "refuse")."""
     spool_dir: str | None = None
-    """Where the spool's files are (a subfolder per `index` prefix; the workers of one host share it). Unset:
+    """Where the spool's files are (a subfolder per cluster and `index` prefix, with the key that signs its lines;
+    the workers of one host share it). Unset:
     $ES_PROVIDER_CACHE/access-spool, else ~/.cache/es-provider/access-spool. Keep it on a disk that outlives the
     process (a volume in a container)."""
     spool_max_bytes: int = Field(default=512 * 1024 * 1024, ge=1024, le=1024**4)

@@ -113,6 +113,8 @@ async def readyz(request: web.Request) -> web.Response:
     recorder = request.app.get(RECORDER)
     if recorder is not None and recorder.refusing():
         reasons["access_record"] = "a sink is down or its queue is full: answers are refused"
+    elif recorder is not None and (stuck := recorder.stuck()) is not None:
+        reasons["access_record"] = stuck
     store = services.principals.store
     if store is not None and store.stale():
         reasons["principal_store"] = "unread for longer than [directory] max_staleness_s: lookups fail closed"

@@ -73,9 +73,9 @@ class Metrics:
         self.access_dropped = Counter(
             "es_provider_access_records_dropped", "Access records that could not be kept, by reason (queue_full: "
             "the sink's queue was full; rejected: the engine refused them for their content; stopped: unwritten at "
-            "the stop and not spooled; spool_torn: spooled lines a crash cut short; spool_forged: spooled lines whose MAC "
-            "is wrong; spool_invalid: not an access record; spool_out_of_window: older than the retention or ahead "
-            "of the clock; spool_bad_file: a spool entry that is not a regular file, or too large)",
+            "the stop and not spooled; spool_torn: spooled lines a crash cut short; spool_forged: spooled lines "
+            "whose MAC is wrong; spool_invalid: not an access record; spool_out_of_window: older than the retention "
+            "or ahead of the clock; spool_bad_file: a spool entry that is not a regular file, or too large)",
             ["reason"], registry=self.registry)
         self.access_spooled = Counter(
             "es_provider_access_records_spooled", "Access records moved to the spool because their sink had not taken "

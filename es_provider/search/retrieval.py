@@ -309,10 +309,13 @@ class Retriever:
         self._embedders = dict(embedders or {})
         self._mapped: TtlCache[str, set[str]] = TtlCache(mapping_ttl_s)
         self._layouts: TtlCache[str, list[str]] = TtlCache(mapping_ttl_s)  # an existing index's problems, by alias
-        # The indices behind each alias whose mapping was checked: only their hits are served (Hardening IV).
+        # Only hits of indices whose mapping was checked behind their alias are served (Hardening IV): the last
+        # check's result per alias (when the next is due), and each index checked with the time its check stands
+        # until, so an index a reindex just swapped out still answers the search that ran before the swap.
         self._checked: TtlCache[str, frozenset[str]] = TtlCache(mapping_ttl_s)
-        self._lately: TtlCache[str, bool] = TtlCache(1.0)  # checked within the second: not again for a stray hit
-        self._checking: dict[str, asyncio.Future[tuple[frozenset[str], list[str]]]] = {}  # one in flight per alias
+        self._trusted: dict[str, dict[str, float]] = {}
+        self._ttl_s = mapping_ttl_s
+        self._checking: dict[str, tuple[float, asyncio.Future[tuple[frozenset[str], list[str]]]]] = {}
         self.unchecked: dict[str, set[str]] = {}  # alias → indices whose hits were withheld, until a check passes
         self._on_unchecked = on_unchecked
         # Short-lived: a metadata key first written by an ingest becomes filterable within seconds.
@@ -347,39 +350,53 @@ class Retriever:
         if found:
             log.error("knowledge base %s cannot be served: %s", kb.id, "; ".join(found))
         served = frozenset() if found else frozenset(specs)
+        now = time.monotonic()
+        trusted = {} if found else {i: t for i, t in self._trusted.get(kb.alias, {}).items() if t > now}
+        trusted.update(dict.fromkeys(served, now + self._ttl_s))
+        self._trusted[kb.alias] = trusted
         self._layouts.put(kb.alias, found)
         self._checked.put(kb.alias, served)
-        self._lately.put(kb.alias, True)
         if self.unchecked.pop(kb.alias, None):
             log.info("knowledge base %s: the indices behind its alias are checked again: %s", kb.id,
                      ", ".join(sorted(served)) or "none served")
         return served, found
 
-    async def _check_once(self, kb: KnowledgeBase, budget: Budget) -> frozenset[str]:
-        """`check`, shared by the requests that ask for it while it runs (one mapping call per alias)."""
+    async def _check_since(self, kb: KnowledgeBase, since: float, budget: Budget) -> None:
+        """`check`, shared with the requests that ask while it runs, if it began at `since` or later (one that
+        began before the engine answered may not have seen an index that joined the alias meanwhile)."""
         running = self._checking.get(kb.alias)
-        if running is None:
-            running = asyncio.ensure_future(self.check(kb, budget))
-            self._checking[kb.alias] = running
-            running.add_done_callback(lambda _: self._checking.pop(kb.alias, None))
-        return (await asyncio.shield(running))[0]
+        if running is None or running[0] < since:
+            check = asyncio.ensure_future(self.check(kb, budget))
+            entry = (time.monotonic(), check)
+            self._checking[kb.alias] = entry
+            check.add_done_callback(lambda _: self._checking.pop(kb.alias, None)
+                                    if self._checking.get(kb.alias) is entry else None)
+            running = entry
+        await asyncio.shield(running[1])
+
+    def _trusted_now(self, alias: str) -> set[str]:
+        now = time.monotonic()
+        return {index for index, until in self._trusted.get(alias, {}).items() if until > now}
 
     async def _served_indices(self, knowledge: Sequence[KnowledgeBase], seen: set[str],
                               budget: Budget) -> frozenset[str]:
-        """Of the indices `seen` in an answer, the checked ones. An index not checked yet (it joined an alias since
-        the last check) is checked at once; what still is not (a hit from outside the alias) is withheld, and
-        /readyz says so until a check passes."""
+        """Of the indices `seen` in an answer the engine just gave, the checked ones. An index not checked yet (it
+        joined an alias since the last check) is checked at once; what still is not (a hit from outside the alias)
+        is withheld, and /readyz says so until a check passes."""
+        answered = time.monotonic()
         served: set[str] = set()
         for kb in knowledge:
-            served |= self._checked.get(kb.alias) or await self._check_once(kb, budget)
+            if self._checked.get(kb.alias) is None:  # due
+                await self._check_since(kb, 0.0, budget)
+            served |= self._trusted_now(kb.alias)
         if seen <= served:
             return frozenset(served)
         for kb in knowledge:
-            if self._lately.get(kb.alias) is None:
-                served |= await self._check_once(kb, budget)
+            await self._check_since(kb, answered, budget)
             if found := self._layouts.get(kb.alias):
                 raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"knowledge base {kb.id} cannot be served: "
                                                                    f"{found[0]}")
+            served |= self._trusted_now(kb.alias)
         if stray := seen - served:
             for kb in knowledge:
                 self.unchecked.setdefault(kb.alias, set()).update(stray)

@@ -69,13 +69,15 @@ def test_a_stray_index_is_withheld_a_joining_one_is_checked_at_once() -> None:
         budget = fixed_budget(5000, now_monotonic=time.monotonic())
         assert await retriever._served_indices([base], {"a-v1"}, budget) == {"a-v1"}
         assert engine.asked == 1
-        engine.behind["a"] = ["a-v1", "a-v2"]  # joined since the check: checked at once, before serving
-        retriever._lately = type(retriever._lately)(0.0)
-        assert await retriever._served_indices([base], {"a-v1", "a-v2"}, budget) == {"a-v1", "a-v2"}
+        engine.behind["a"] = ["a-v2"]  # a reindex swapped the alias: checked at once, before serving
+        assert await retriever._served_indices([base], {"a-v2"}, budget) == {"a-v1", "a-v2"}
         assert engine.asked == 2 and retriever.unchecked == {}
-        # A hit naming an index that is not behind the alias at all: withheld, and readiness is told.
+        # The search that ran just before the swap still answers with a-v1: it was checked, and its check stands.
+        assert await retriever._served_indices([base], {"a-v1"}, budget) == {"a-v1", "a-v2"}
+        assert engine.asked == 2
+        # A hit naming an index that is not behind the alias at all: checked again, withheld, readiness is told.
         served = await retriever._served_indices([base], {"elsewhere"}, budget)
-        assert "elsewhere" not in served and retriever.unchecked == {"a": {"elsewhere"}}
+        assert "elsewhere" not in served and retriever.unchecked == {"a": {"elsewhere"}} and engine.asked == 3
 
     asyncio.run(run())
 

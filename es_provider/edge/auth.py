@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from es_provider.config.secrets import read_secret
 from es_provider.config.serving import ApiKey
 from es_provider.config.settings import Settings
-from es_provider.core.errors import forbidden
+from es_provider.core.errors import forbidden, protocol_error
 
 _BEARER = "bearer "
 
@@ -56,6 +56,19 @@ def api_key_for(credentials: Credentials, token: bytes) -> ApiKey | None:
         if hmac.compare_digest(secret, token) and found is None:
             found = key
     return found
+
+
+def needs_end_user(key: ApiKey) -> bool:
+    """Pure: a key with no subject or groups of its own that acts for end users reads, without one named, only what
+    everyone may read — on an index whose every document has an ACL, nothing: an empty answer that says nothing."""
+    return key.subject is None and not key.groups and bool(key.subjects)
+
+
+def require_end_user(key: ApiKey, named: str | None, how: str) -> None:
+    """Refuses (the protocol's 400) a call of such a key that names no end user; `how`: how the protocol names one."""
+    if named is None and needs_end_user(key):
+        raise protocol_error(f"this API key has no subject or groups of its own: name the end user ({how})",
+                             detail=f"API key {key.key_ref} called without an end user")
 
 
 def api_key_scope(key: ApiKey, *, tenant_id: str | None = None,

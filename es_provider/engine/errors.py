@@ -31,6 +31,8 @@ def map_error(exc: BaseException) -> KnowledgeError:
         return KnowledgeError(ErrorCode.UNAVAILABLE, detail=_tls_reason(exc) or f"engine unreachable: {exc}")
     if isinstance(exc, TransportError) and blocked_write(exc.status_code, exc.info):
         return WriteBlocked(f"engine refused a write: index write-blocked ({exc.status_code})")
+    if isinstance(exc, TransportError) and (index_reason := _index_reason(exc.info)) is not None:
+        return KnowledgeError(ErrorCode.UNAVAILABLE, detail=index_reason)
     if isinstance(exc, TransportError):
         status = exc.status_code if isinstance(exc.status_code, int) else 0
         if status == 429 or "rejected_execution" in str(exc.error):
@@ -53,6 +55,27 @@ def map_error(exc: BaseException) -> KnowledgeError:
                                   "`es-provider check --duty …` lists what to grant")
         return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"engine error {status}: {exc}")
     return KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"unexpected engine failure: {exc!r}")
+
+
+def _index_reason(info: Any) -> str | None:
+    """What an index-level refusal means and its fix, naming the index, in one clause (readiness shows the first
+    clause of a reason): a closed index, a missing one, a read block. None for anything else."""
+    error = info.get("error") if isinstance(info, dict) else None
+    if not isinstance(error, dict):
+        return None
+    kind, reason = str(error.get("type", "")), str(error.get("reason", ""))
+    index = str(error.get("index") or next((c.get("index") for c in error.get("root_cause") or []
+                                           if isinstance(c, dict) and c.get("index")), "") or "")[:255]
+    name = index or "an index behind the alias"
+    if kind == "index_closed_exception":
+        return (f"index {name} is closed, open it (POST /{index or '<index>'}/_open) or point the alias at an open "
+                "index")
+    if kind == "index_not_found_exception" and index:
+        return f"index {name} does not exist, create it (`es-provider kb create`) or point the alias at one that does"
+    if kind == "cluster_block_exception" and "read" in reason and "write" not in reason and "read_only" not in reason:
+        return (f"index {name} is blocked for reads ({reason[:200]}), lift index.blocks.read (PUT "
+                f"/{index or '<index>'}/_settings) or point the alias at another index")
+    return None
 
 
 # AWS's refusals of a signature or a token, answered as {"message": …} rather than the engine's own error shape.

@@ -170,6 +170,7 @@ async def search(request: web.Request) -> web.Response:
         if mode is not None and mode not in MODES:
             raise protocol_error(f"extra_params {MODE_KEY} must be one of {', '.join(MODES)}")
         budget = kit.default_budget(services)
+        auth.require_end_user(key, narrow.get("subject_id"), "extra_params subject_id")
         tenants, subject = auth.api_key_scope(key, tenant_id=narrow.get("tenant_id"),
                                               subject_id=narrow.get("subject_id"))
         identity = await services.principals.identity(key.app, tenants, subject, budget, key.groups)

@@ -170,6 +170,7 @@ async def search(request: web.Request) -> web.Response:
             raise unknown_knowledge()
         acting, conditions = metadata_conditions(req.metadata_condition)
         budget = kit.default_budget(services)
+        auth.require_end_user(key, acting, "the metadata condition acting_subject is <user id>")
         try:
             tenants, subject = auth.api_key_scope(key, subject_id=acting)
         except KnowledgeError as exc:

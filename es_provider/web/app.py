@@ -279,6 +279,13 @@ def log_exposure(settings: Settings) -> None:
         if not kb.mandatory_filters:
             log.warning("knowledge base %s has no mandatory_filters: SparkTide callbacks are filtered only by the "
                         "filters each request asks for (API keys still read within their tenants)", kb.id)
+    for key in settings.api_keys:
+        if auth.needs_end_user(key):
+            log.warning("API key %s has no subject or groups of its own: a call that names no end user (Dify's "
+                        "acting_subject, AgentArts' subject_id) is refused as a protocol error", key.key_ref)
+        elif key.subject is None and not key.groups:
+            log.warning("API key %s has no subject, groups or subjects: it reads only documents everyone may read",
+                        key.key_ref)
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:

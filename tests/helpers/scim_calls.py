@@ -3,9 +3,17 @@ the corpus and bound of the revocation tests."""
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import orjson
+
+from helpers import calls
+from helpers.setup import API_KEY
+
+if TYPE_CHECKING:
+    from helpers.served import Served
 
 TOKEN = "scim-token-0123456789abcdef"
 SCIM_TYPE = "application/scim+json"
@@ -34,3 +42,24 @@ DOCS = [{"document_id": "eng-plan", "title": "Plan", "tenant_id": "team-a", "con
          "acl": {"groups": ["eng-team"]}},
         {"document_id": "public-note", "title": "Note", "tenant_id": "team-a", "content": "installation note",
          "acl": {"public": True}}]
+
+
+async def sees_plan(session: aiohttp.ClientSession, served: Served) -> tuple[bool, bool, bool]:
+    """Whether u-dana is served eng-plan through SparkTide, AgentArts (the key's own subject) and Dify
+    (acting_subject) on this instance."""
+    execution = uuid.uuid4().hex[:12]
+    bearer = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
+    async with session.post(served.base + calls.ROUTE, json=calls.body("u-dana", "team-a", executionId=execution),
+                            headers=calls.headers(**{"Idempotency-Key": execution})) as r1:
+        sparktide = {i["documentId"] for i in (await r1.json())["items"]}
+    async with session.post(f"{served.base}/knowledge-bases/retrieve", headers=bearer, json={
+            "knowledge_base_ids": ["project-documents"], "query": "installation", "method": "doc"}) as r2:
+        agentarts = {r["file_id"] for r in (await r2.json())["search_result_list"]}
+    async with session.post(f"{served.base}/retrieval", headers=bearer, json={
+            "knowledge_id": "project-documents", "query": "installation",
+            "retrieval_setting": {"top_k": 5, "score_threshold": 0},
+            "metadata_condition": {"logical_operator": "and", "conditions": [
+                {"name": "acting_subject", "comparison_operator": "is", "value": "u-dana"}]}}) as r3:
+        dify = {r["metadata"]["document_id"] for r in (await r3.json())["records"]}
+    assert "public-note" in sparktide & agentarts & dify  # every answer is a real one
+    return "eng-plan" in sparktide, "eng-plan" in agentarts, "eng-plan" in dify

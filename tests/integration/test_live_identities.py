@@ -13,10 +13,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from helpers import calls
-from helpers.scim_calls import DOCS, LIMIT_S, PATCH_OP, SCIM, TOKEN
+from helpers.scim_calls import DOCS, LIMIT_S, PATCH_OP, SCIM, TOKEN, sees_plan
 from helpers.served import Served, kb_entry, write_config
-from helpers.setup import API_KEY, HEAVY, TEST_ENV, load_records
+from helpers.setup import HEAVY, TEST_ENV, load_records
 
 TRIALS = 100 if HEAVY else 24  # each is two polls; 100 took 110 s of the suite
 
@@ -43,27 +42,6 @@ async def scim(session: aiohttp.ClientSession, served: Served, method: str, path
     async with session.request(method, f"{served.base}/scim/v2{path}", json=body, headers=SCIM) as response:
         assert response.status in (200, 201, 204), (method, path, response.status, await response.text())
         return await response.json(content_type=None) if response.status != 204 else {}
-
-
-async def sees_plan(session: aiohttp.ClientSession, served: Served) -> tuple[bool, bool, bool]:
-    """Whether u-dana is served eng-plan through SparkTide, AgentArts (the key's own subject) and Dify
-    (acting_subject) on this instance."""
-    execution = uuid.uuid4().hex[:12]
-    bearer = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
-    async with session.post(served.base + calls.ROUTE, json=calls.body("u-dana", "team-a", executionId=execution),
-                            headers=calls.headers(**{"Idempotency-Key": execution})) as r1:
-        sparktide = {i["documentId"] for i in (await r1.json())["items"]}
-    async with session.post(f"{served.base}/knowledge-bases/retrieve", headers=bearer, json={
-            "knowledge_base_ids": ["project-documents"], "query": "installation", "method": "doc"}) as r2:
-        agentarts = {r["file_id"] for r in (await r2.json())["search_result_list"]}
-    async with session.post(f"{served.base}/retrieval", headers=bearer, json={
-            "knowledge_id": "project-documents", "query": "installation",
-            "retrieval_setting": {"top_k": 5, "score_threshold": 0},
-            "metadata_condition": {"logical_operator": "and", "conditions": [
-                {"name": "acting_subject", "comparison_operator": "is", "value": "u-dana"}]}}) as r3:
-        dify = {r["metadata"]["document_id"] for r in (await r3.json())["records"]}
-    assert "public-note" in sparktide & agentarts & dify  # every answer is a real one
-    return "eng-plan" in sparktide, "eng-plan" in agentarts, "eng-plan" in dify
 
 
 async def until_everywhere(session: aiohttp.ClientSession, served: list[Served], wanted: bool, since: float) -> float:

@@ -55,8 +55,10 @@ unit: install
 integration: install
 	$(BIN)/pytest tests/integration
 
+# `make run PORT=8081 OPENSEARCH_PORT=9210`: the provider and the demo's engine on other ports (the printed curls
+# follow them); OPENSEARCH_URL=…: a node of your own, nothing started (scripts/run-demo reads the same variables).
 run: install
-	scripts/run-demo
+	PORT="$(PORT)" OPENSEARCH_PORT="$(OPENSEARCH_PORT)" scripts/run-demo
 
 $(VENV)/.bench-installed: $(VENV)/.installed requirements-bench.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-bench.lock
@@ -88,7 +90,7 @@ config-reference: install
 cluster-roles: install
 	$(BIN)/python -c 'from pathlib import Path; from es_provider.cli.roles import rewrite; rewrite(Path("docs/cluster.md"))'
 
-## run               venv + install, a real OpenSearch, the sample knowledge base, the provider on 127.0.0.1:8080; prints curl
+## run               venv + install, a real OpenSearch, the sample knowledge base, the provider on 127.0.0.1:8080; prints curl (PORT=, OPENSEARCH_PORT= move them)
 ## test              what CI runs: install, lint, compose check, unit + integration tests on real OpenSearch and Elasticsearch
 ## unit              the pure, table-driven tests alone: no engine, a few seconds
 ## integration       the tests against a real OpenSearch node (started as for `make test`)

@@ -15,7 +15,7 @@ from es_provider.config.model import ConfigModel, EnvName, FilterName, Ident
 from es_provider.core.acl import Filter, ordered
 from es_provider.core.calibration import Logistic
 from es_provider.core.presets import PRESETS
-from es_provider.core.schema import Schema
+from es_provider.core.schema import Schema, metadata_name
 
 Language = Literal["en", "zh"]
 LANGUAGES: tuple[Language, ...] = ("en", "zh")
@@ -244,7 +244,7 @@ class KnowledgeBase(ConfigModel):
         if self.fields.text is not None:
             changes["text"] = tuple(self.fields.text)
         if self.fields.metadata is not None:
-            changes["metadata"] = tuple((field.rsplit(".", 1)[-1], field) for field in self.fields.metadata)
+            changes["metadata"] = tuple((metadata_name(field), field) for field in self.fields.metadata)
         if prefixes is not None:
             changes |= {"subject_prefix": prefixes.subject, "group_prefix": prefixes.group}
         return dataclasses.replace(preset, **changes)  # type: ignore[arg-type]

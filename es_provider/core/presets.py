@@ -4,7 +4,7 @@ no permissions of their own (Elastic's connectors excepted), so a knowledge base
 them (`[knowledge.fields]`), and is refused at start while a mandated filter has no field. A string the engine
 mapped dynamically is `text` with a `.keyword` sub-field: ids, tenants and ACLs are matched on the sub-field.
 
-Pure data.
+Pure: data, and what the start log says once about a preset's uri (uri_note).
 """
 
 from __future__ import annotations
@@ -58,3 +58,18 @@ PRESETS: dict[str, Schema] = {
         public=None, principals=None,
     ),
 }
+
+# The preset uri fields where the tools' loaders put file paths, not URLs (LangChain's document loaders' `source`,
+# LlamaIndex's SimpleDirectoryReader's `file_path`).
+PATH_URIS = {"metadata.source": "LangChain's loaders put file paths there",
+             "metadata.file_path": "LlamaIndex's readers put file paths there"}
+
+
+def uri_note(schema: Schema) -> str | None:
+    """Said once at start for an existing index with a uri field: a value that is not an http(s) URL is answered
+    as a URI on no protocol (schema.web_uri), rather than logged once per item."""
+    if schema.own or schema.uri is None:
+        return None
+    why = PATH_URIS.get(schema.uri)
+    return (f"source uri from {schema.uri} is answered, on every protocol, only where it holds an http(s) URL"
+            + (f" ({why}; a path is left out)" if why else ""))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 ID = "_id"  # the engine's document id, named where a field would be
 # Keyword sub-fields: the one the engines' dynamic mapping gives every string (`text` + `.keyword`), and the one
@@ -24,6 +25,30 @@ def source_path(field: str) -> str:
         if field.endswith(suffix):
             return field.removesuffix(suffix)
     return field
+
+
+def metadata_name(field: str) -> str:
+    """The name callers see a metadata field under: its last name, its parent's for a keyword sub-field
+    (`metadata.department.keyword` is `department`: the sub-field holds its parent's value)."""
+    return source_path(field).rsplit(".", 1)[-1]
+
+
+MAX_URI = 2048  # SparkTide's bound on a source uri, kept for every protocol
+
+
+def web_uri(value: Any) -> str | None:
+    """`value` if it is an http(s) URL a caller can follow, else None. Only such a value is answered as a source's
+    URI on any protocol: LangChain's and LlamaIndex's loaders put file paths in the field their presets read it from
+    (docs/existing-index.md)."""
+    if not isinstance(value, str) or not value or len(value) > MAX_URI:
+        return None
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        return None
+    return value if parts.scheme in ("http", "https") and host and "@" not in parts.netloc else None
 
 
 @dataclass(frozen=True, slots=True)

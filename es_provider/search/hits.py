@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from es_provider.core.markup import has_markup, strip_markup
-from es_provider.core.schema import OWN, Schema, chunk_of, document_of, value_at
+from es_provider.core.schema import OWN, Schema, chunk_of, document_of, value_at, web_uri
 from es_provider.search.domain import Chunk
 
 
@@ -35,9 +35,10 @@ def _page(value: Any) -> int | None:
 
 
 def _mapped(source: Mapping[str, Any], schema: Schema, document_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """An existing index's source and metadata, from the fields its schema names."""
+    """An existing index's source and metadata, from the fields its schema names. A uri that is not an http(s) URL
+    (a loader's file path) is left out here, so that no protocol answers it and none logs it per item."""
     where: dict[str, Any] = {"type": "DOCUMENT", "id": document_id}
-    for key, field, read in (("uri", schema.uri, _optional_str), ("page", schema.page, _page),
+    for key, field, read in (("uri", schema.uri, web_uri), ("page", schema.page, _page),
                              ("locator", schema.locator, _optional_str)):
         if field is not None and (value := read(value_at(source, field))) is not None:
             where[key] = value

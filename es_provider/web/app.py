@@ -26,6 +26,7 @@ from es_provider.core.acl import Filter
 from es_provider.core.deadline import Budget, fixed_budget
 from es_provider.core.errors import ClientDisconnected, ErrorCode, KnowledgeError, StartupError
 from es_provider.core.metrics import Metrics
+from es_provider.core.presets import uri_note
 from es_provider.edge import auth, own_indices
 from es_provider.edge.admission import Admission
 from es_provider.edge.auth import ReplayCache, load_credentials
@@ -276,6 +277,8 @@ def log_exposure(settings: Settings) -> None:
         if kb.existing:
             log.info("knowledge base %s serves the existing index %s read-only (schema %s)", kb.id, kb.alias,
                      kb.schema_name)
+            if (note := uri_note(kb.layout)) is not None:  # once here, not once per item answered
+                log.info("knowledge base %s: %s", kb.id, note)
         if not kb.mandatory_filters:
             log.warning("knowledge base %s has no mandatory_filters: SparkTide callbacks are filtered only by the "
                         "filters each request asks for (API keys still read within their tenants)", kb.id)

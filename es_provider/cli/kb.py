@@ -25,7 +25,8 @@ from es_provider.search import embedders
 
 
 async def inspect(engine: Engine, index: str, sample: int) -> int:
-    """`kb inspect`: a proposed [[knowledge]] block for an existing index, and what could not be decided."""
+    """`kb inspect`: a proposed [[knowledge]] block for an existing index (a tool's preset where the mapping is that
+    tool's), a comment on what each permission field means there, and what could not be decided."""
     mappings = await engine.mappings(index)
     if not mappings:
         return fail(f"no index {index}")
@@ -36,7 +37,8 @@ async def inspect(engine: Engine, index: str, sample: int) -> int:
                                 fixed_budget(30_000, now_monotonic=time.monotonic())))["hits"]["hits"]
     proposal = propose(properties, [hit.get("_source") or {} for hit in hits])
     print(f"# A proposal from the mapping of {', '.join(sorted(mappings))} and {len(hits)} sampled documents: read "
-          "it, confirm the permission fields, and see docs/existing-index.md.")
+          "it, confirm the permission fields (each comment says what one means here), and see "
+          "docs/existing-index.md.")
     print(proposal.toml(index), end="")
     for line in proposal.undecided:
         print(f"# undecided: {line}")

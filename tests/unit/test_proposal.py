@@ -42,12 +42,9 @@ def test_flatten_keeps_objects_paths_and_keyword_sub_fields() -> None:
     (CORP, CORP_SAMPLE, {"text": ["body", "heading"], "title": "heading", "document_id": "doc_id",
                          "tenant": "tenant", "subjects": "owner", "groups": "allowed_groups", "uri": "url",
                          "page": "page", "vector": "vec", "metadata": ["meta.year"]}, []),
-    (LANGCHAIN, LANGCHAIN_SAMPLE, {"text": ["text"], "document_id": "_id", "tenant": "metadata.tenant_id.keyword",
-                                   "groups": "metadata.groups.keyword", "uri": "metadata.source",
-                                   "page": "metadata.page", "vector": "vector_field"}, ["document_id"]),
-    (CONNECTORS, CONNECTORS_SAMPLE, {"text": ["body", "title"], "title": "title", "document_id": "_id",
-                                     "principals": "_allow_access_control.enum", "uri": "url",
-                                     "metadata": ["_timestamp"]}, ["document_id"]),
+    # A tool's index: its preset (tests/unit/test_tool_layouts.py), and only what the preset does not know.
+    (LANGCHAIN, LANGCHAIN_SAMPLE, {"tenant": "metadata.tenant_id.keyword", "groups": "metadata.groups.keyword"}, []),
+    (CONNECTORS, CONNECTORS_SAMPLE, {}, []),
     ({"content": {"type": "text"}}, [{"content": "x"}], {"text": ["content"], "document_id": "_id"},
      ["document_id", "ACL"]),
 ])

@@ -18,12 +18,14 @@ from typing import Any
 
 import pytest
 from helpers import oracle
+from helpers.served import free_port
 from helpers.setup import PRINCIPALS, SAMPLE_CORPUS
 from playwright.async_api import Browser, Page, async_playwright
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DEMO_KEY = "demo-workbench-key"
-BASE = "http://127.0.0.1:8080"
+PORT = free_port()  # beside anything on 8080 (a `make run` of one's own): run-demo serves on PORT
+BASE = f"http://127.0.0.1:{PORT}"
 DOCS = [json.loads(line) for line in SAMPLE_CORPUS.read_text(encoding="utf-8").splitlines()]
 QUERY = "设备安装位置"
 
@@ -41,7 +43,7 @@ def demo(opensearch, tmp_path_factory) -> Iterator[str]:
     text = (ROOT / "examples" / "config.toml").read_text(encoding="utf-8")
     config.write_text(text.replace('alias = "kb-project-documents"', f'alias = "{alias}"'), encoding="utf-8")
     out = folder / "demo.out"
-    env = {**os.environ, "OPENSEARCH_URL": opensearch.url, "CONFIG": str(config)}
+    env = {**os.environ, "OPENSEARCH_URL": opensearch.url, "CONFIG": str(config), "PORT": str(PORT)}
     with out.open("w") as sink:
         process = subprocess.Popen([str(ROOT / "scripts" / "run-demo")], cwd=ROOT, env=env, stdout=sink,
                                    stderr=subprocess.STDOUT)

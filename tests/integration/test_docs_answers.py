@@ -349,4 +349,4 @@ def test_run_demo_refuses_a_taken_port_at_once_naming_the_way_around(tmp_path: P
         done = subprocess.run([str(ROOT / "scripts" / "run-demo")], cwd=ROOT, capture_output=True, text=True,
                               env={**env, "PORT": str(free_port()), "OPENSEARCH_PORT": busy}, timeout=60)
         assert done.returncode == 1 and "OPENSEARCH_PORT=" in done.stderr, done
-        assert time.monotonic() - started < 20
+        assert time.monotonic() - started < 30  # the node alone would take 30-60 s to start; measured ~6 s

@@ -22,7 +22,7 @@ The duties (docs/cluster.md, "Least privilege"):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -242,15 +242,20 @@ def opensearch_permissions(privileges: Sequence[Privilege], names: Names = Names
     }
 
 
-def opensearch_role(duty: Duty, names: Names = Names()) -> dict[str, Any]:
-    """The security plugin's role (the body of `PUT _plugins/_security/api/roles/<name>`; a roles.yml entry)."""
+Roles = Mapping[Duty, Sequence[Privilege]]  # the privileges of each duty rendered (default DUTIES: every one)
+
+
+def opensearch_role(duty: Duty, names: Names = Names(), granted: Sequence[Privilege] | None = None) -> dict[str, Any]:
+    """The security plugin's role (the body of `PUT _plugins/_security/api/roles/<name>`; a roles.yml entry):
+    `granted`, default every privilege of the duty."""
     return {"description": f"es-provider: the {duty} duty (docs/cluster.md)",
-            **opensearch_permissions(DUTIES[duty], names)}
+            **opensearch_permissions(DUTIES[duty] if granted is None else granted, names)}
 
 
-def elasticsearch_role(duty: Duty, names: Names = Names()) -> dict[str, Any]:
+def elasticsearch_role(duty: Duty, names: Names = Names(), granted: Sequence[Privilege] | None = None
+                       ) -> dict[str, Any]:
     """Elasticsearch's role descriptor (the body of `POST _security/role/<name>`)."""
-    privileges = DUTIES[duty]
+    privileges = DUTIES[duty] if granted is None else granted
     return {  # no "description": Elasticsearch before 8.15 refuses it
         "cluster": _unique(p.elastic for p in privileges if p.target is C),
         "indices": [{"names": patterns, "privileges": listed}
@@ -282,37 +287,38 @@ def _yaml(value: Any, indent: int) -> list[str]:
     return lines
 
 
-def roles_yml(names: Names = Names()) -> str:
-    """Every duty's role as entries of the security plugin's roles.yml."""
-    roles = {role_name(duty): opensearch_role(duty, names) for duty in Duty}
-    return "\n".join(_yaml(roles, 0)) + "\n"
+def roles_yml(names: Names = Names(), roles: Roles = DUTIES) -> str:
+    """Every duty's role (of `roles`: each duty's privileges) as entries of the security plugin's roles.yml."""
+    entries = {role_name(duty): opensearch_role(duty, names, granted) for duty, granted in roles.items()}
+    return "\n".join(_yaml(entries, 0)) + "\n"
 
 
-def rest_requests(engine: str, names: Names = Names()) -> str:
+def rest_requests(engine: str, names: Names = Names(), roles: Roles = DUTIES) -> str:
     """Every duty's role as the REST request that makes it, for `engine` ("opensearch" or "elasticsearch")."""
     parts = []
-    for duty in Duty:
+    for duty, granted in roles.items():
         if engine == "opensearch":
-            head, body = f"PUT _plugins/_security/api/roles/{role_name(duty)}", opensearch_role(duty, names)
+            head, body = f"PUT _plugins/_security/api/roles/{role_name(duty)}", opensearch_role(duty, names, granted)
         else:
-            head, body = f"POST _security/role/{role_name(duty)}", elasticsearch_role(duty, names)
+            head, body = f"POST _security/role/{role_name(duty)}", elasticsearch_role(duty, names, granted)
         parts.append(f"{head}\n{json.dumps(body, indent=2)}\n")
     return "\n".join(parts)
 
 
-def as_json(engine: str, names: Names = Names()) -> str:
+def as_json(engine: str, names: Names = Names(), roles: Roles = DUTIES) -> str:
     """Every duty's role by name, as one JSON object."""
     render = opensearch_role if engine == "opensearch" else elasticsearch_role
-    return json.dumps({role_name(duty): render(duty, names) for duty in Duty}, indent=2) + "\n"
+    return json.dumps({role_name(duty): render(duty, names, granted) for duty, granted in roles.items()},
+                      indent=2) + "\n"
 
 
 BEGIN, END = "<!-- roles:begin -->", "<!-- roles:end -->"
 
 
-def _table(duty: Duty, names: Names) -> list[str]:
+def _table(duty: Duty, names: Names, granted: Sequence[Privilege]) -> list[str]:
     rows = [f"**{duty}** (`{role_name(duty)}`)", "",
             "| OpenSearch action | on | Elasticsearch | needed by |", "|---|---|---|---|"]
-    for p in DUTIES[duty]:
+    for p in granted:
         level = " (cluster)" if p.os_cluster else ""
         on = ", ".join(f"`{n}`" for n in names.patterns(p.target)) or "cluster"
         note = ("" if p.when is When.ALWAYS else f" — only with {p.when.value}") + (" †" if p.creates_own else "")
@@ -320,18 +326,18 @@ def _table(duty: Duty, names: Names) -> list[str]:
     return [*rows, ""]
 
 
-def doc_block(names: Names = Names()) -> str:
+def doc_block(names: Names = Names(), roles: Roles = DUTIES) -> str:
     """docs/cluster.md's generated part (`make cluster-roles`): each duty's privileges, then the roles."""
     lines = [BEGIN, "<!-- generated by `make cluster-roles` from es_provider/engine/privileges.py: edit there -->", ""]
-    for duty in Duty:
-        lines += _table(duty, names)
+    for duty, granted in roles.items():
+        lines += _table(duty, names, granted)
     lines += ["† needed only while the index does not exist: `es-provider prepare` makes it ahead.", "",
               "OpenSearch, `roles.yml` (`es-provider roles --engine opensearch --format yaml`):", "", "```yaml",
-              roles_yml(names).rstrip(), "```", "",
+              roles_yml(names, roles).rstrip(), "```", "",
               "OpenSearch, through the security plugin's REST API (`--format rest`):", "", "```",
-              rest_requests("opensearch", names).rstrip(), "```", "",
+              rest_requests("opensearch", names, roles).rstrip(), "```", "",
               "Elasticsearch role descriptors (`es-provider roles --engine elasticsearch --format rest`):", "", "```",
-              rest_requests("elasticsearch", names).rstrip(), "```", END]
+              rest_requests("elasticsearch", names, roles).rstrip(), "```", END]
     return "\n".join(lines)
 
 

@@ -11,7 +11,9 @@ names every action it refuses ("no permissions for [a, b]"), in the order it che
 call's actions in that order, so a refusal naming a later action tells that the earlier ones are held.
 
 A write on one of the service's own indices is only tried when the index exists: on a cluster that creates indices
-on write the refused document would still make the index, with dynamic mappings. It is "unchecked" until then.
+on write the refused document would still make the index, with dynamic mappings. Until then it is "made at first
+write": not a failure (the service makes the index, with its mapping, at its first write, when its create right is
+held, which is probed; `es-provider prepare` makes it now, and a check after tries the write).
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ from opensearchpy.exceptions import TransportError
 from es_provider.config.settings import Settings
 from es_provider.core.deadline import Budget
 from es_provider.engine.base import EngineBase
-from es_provider.engine.privileges import Duty, Names, Privilege, Target, When, needed
+from es_provider.engine.privileges import DUTIES, Duty, Names, Privilege, Target, When, needed
 
 PROBE_ID = "es-provider-check-probe"  # a document id nothing writes (every write of it is refused)
 _REFUSED = re.compile(r"no permissions for \[(.*?)\] and User")
 _NOTHING = {"size": 0, "track_total_hits": False, "query": {"match_none": {}}}
 _NEVER_DAY = "1970.01.01"
+_ALIASES = Privilege("indices:admin/aliases/get", Target.KNOWLEDGE, "view_index_metadata", "whether a name matches")
 
 
 class Status(StrEnum):
@@ -42,6 +45,8 @@ class Status(StrEnum):
     MISSING = "missing"
     UNCHECKED = "unchecked"
     NOT_NEEDED = "not needed"  # a create right on an own index that exists (made ahead: `es-provider prepare`)
+    # A write on an own index not there yet: tried once it is (the service makes it at its first write).
+    FIRST_WRITE = "made at first write"
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +195,98 @@ def privileges_of(settings: Settings, duty: Duty) -> list[Privilege]:
     return list({p.key: p for p in found}.values())
 
 
+@dataclass(frozen=True, slots=True)
+class Part:
+    """An optional part of a configuration: the privileges it adds to a duty's role, whether this configuration uses
+    it (`because`: what in the configuration says so) and what they are for."""
+
+    duty: Duty
+    what: str
+    privileges: tuple[Privilege, ...]
+    used: bool
+    because: str
+    purpose: str
+
+
+def _listed(ids: Sequence[str]) -> str:
+    return ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+
+
+def parts_of(settings: Settings) -> list[Part]:
+    """Every optional part of each duty's role, used by `settings` or not (`es-provider roles --config` grants the
+    used ones and says what each is for; privileges_of's serve duty is the same)."""
+    embedding = [kb.id for kb in settings.knowledge if kb.embedder]
+    signed = [kb.id for kb in settings.knowledge if kb.signature]
+    access, scim = settings.access_log, settings.scim.enabled
+    recorded = access.enabled and "index" in access.sinks
+    here = recorded and access.own_engine() is None
+    record = ("[access_log] keeps the record in the index sink on this cluster" if here
+              else "the record's cluster is [access_log.engine]'s: its user there needs the access role" if recorded
+              else "[access_log] is disabled" if not access.enabled else "[access_log] has no \"index\" sink")
+    directory = ("[scim] is enabled" if scim else "[directory] is enabled" if settings.directory.enabled
+                 else "neither [directory] nor [scim] is enabled")
+    replays = (f"knowledge base {_listed(signed)} requires signatures" if settings.shares_replays()
+               else f"signatures ({_listed(signed)}) are remembered in memory ([server] replay_store)" if signed
+               else "no knowledge base requires signatures (signature = true)")
+    own = (Target.REPLAYS, Target.PRINCIPALS, Target.ACCESS)
+    prepared = {t: tuple(p for p in needed(Duty.INGEST) if p.target is t) for t in own}
+    return [
+        Part(Duty.SERVE, "an embedder", tuple(p for p in needed(Duty.SERVE) if p.when is When.EMBEDDER),
+             bool(embedding), f"knowledge base {_listed(embedding)} embeds" if embedding
+             else "no knowledge base names an embedder",
+             "hybrid searches send their text and kNN legs in one _msearch; kNN is looked for on every node"),
+        Part(Duty.SERVE, "the replay store", tuple(p for p in needed(Duty.SERVE) if p.when is When.REPLAYS),
+             settings.shares_replays(), replays,
+             f"a signed callback's first use is created once in {settings.server.replay_index} (a replay is refused "
+             "across processes); expired ones are deleted by query"),
+        Part(Duty.SERVE, "the principal store, read", tuple(p for p in needed(Duty.SERVE)
+                                                           if p.when is When.DIRECTORY),
+             settings.uses_directory(), directory,
+             f"a subject's user and groups, and the store's change counter, read from {settings.directory.index}"),
+        Part(Duty.SERVE, "the access record", tuple(p for p in needed(Duty.ACCESS)
+                                                    if p.action != "indices:data/read/search"), here, record,
+             f"each answer's record appended to the day's index {access.index}-YYYY.MM.DD (made at its first "
+             "write), days past retention_days deleted"),
+        Part(Duty.SERVE, "the access view", tuple(p for p in needed(Duty.ACCESS)
+                                                  if p.action == "indices:data/read/search"),
+             here and access.view_key_ref is not None,
+             record if not here else "[access_log] view_key_ref is set" if access.view_key_ref is not None
+             else "[access_log] view_key_ref is not set",
+             "the access view (/access) searches the record"),
+        Part(Duty.SERVE, "SCIM", tuple(needed(Duty.DIRECTORY)), scim,
+             "[scim] is enabled" if scim else "[scim] is not enabled",
+             f"SCIM writes users and groups into {settings.directory.index}"),
+        Part(Duty.INGEST, "prepare: the replay store", prepared[Target.REPLAYS], settings.shares_replays(), replays,
+             "`es-provider prepare` makes the replay store ahead"),
+        Part(Duty.INGEST, "prepare: the principal store", prepared[Target.PRINCIPALS], settings.uses_directory(),
+             directory, "`es-provider prepare` makes the principal store ahead"),
+        Part(Duty.INGEST, "prepare: the access days", prepared[Target.ACCESS], here, record,
+             "`es-provider prepare` makes the access record's day indices ahead"),
+        Part(Duty.DIRECTORY, "the directory role", tuple(needed(Duty.DIRECTORY)), settings.uses_directory(),
+             directory, "the principal store's writers: SCIM and `es-provider principals import`"),
+        Part(Duty.ACCESS, "the access role", tuple(needed(Duty.ACCESS)), recorded, record,
+             "the access record's day indices: written by serve, read by `es-provider access`"),
+    ]
+
+
+def duties_of(settings: Settings, parts: Sequence[Part] | None = None) -> dict[Duty, list[Privilege]]:
+    """Each duty's privileges under `settings`: what every configuration needs and the parts it uses (`parts`:
+    parts_of's). A duty none of whose privileges this configuration uses is left out."""
+    parts = parts_of(settings) if parts is None else parts
+    roles: dict[Duty, list[Privilege]] = {}
+    for duty in Duty:
+        mine = [part for part in parts if part.duty is duty]
+        # Serve's parts add other duties' privileges too (the record's, SCIM's): its base is what it always needs.
+        base = needed(duty, []) if duty is Duty.SERVE else \
+            [p for p in DUTIES[duty] if not any(p in part.privileges for part in mine)]
+        unique: dict[str, Privilege] = {}
+        for p in base + [p for part in mine if part.used for p in part.privileges]:
+            unique.setdefault(p.key, p)
+        if unique:
+            roles[duty] = list(unique.values())
+    return roles
+
+
 class Probes(EngineBase):
     """The Engine's (client.py) privilege probes."""
 
@@ -229,7 +326,12 @@ class Probes(EngineBase):
         for privilege in privileges:
             for name, spare in _where(privilege.target, names, today):
                 findings.append(await self._tried_one(privilege, name, spare, answers))
-        return findings
+        # A write "made at first write" only while the index can be made: without the create right it is unchecked.
+        uncreatable = {f.privilege.target for f in findings if f.privilege.creates_own and f.status not in
+                       (Status.HELD, Status.NOT_NEEDED)}
+        return [Finding(f.privilege, f.on, Status.UNCHECKED, f"{f.on} is not there yet and may not be made (its "
+                        "create right is not held): `es-provider prepare` makes it, then a check tries this write")
+                if f.status is Status.FIRST_WRITE and f.privilege.target in uncreatable else f for f in findings]
 
     async def _tried_one(self, privilege: Privilege, name: str, spare: str, answers: _Answers) -> Finding:
         if privilege.creates_own and await _exists(name, answers):
@@ -239,13 +341,22 @@ class Probes(EngineBase):
             return Finding(privilege, name, Status.UNCHECKED, "no probe for this action")
         if call.needs_index:
             exists, _ = await answers.of(_Call(("indices:admin/get",), "GET", f"/{name}?filter_path=*.settings"))
+            if exists == 404 and privilege.target is Target.KNOWLEDGE:
+                return Finding(privilege, name, Status.UNCHECKED, f"no index behind {name} yet: `es-provider kb "
+                               "create` makes it; check again after to try this write")
             if exists == 404:
-                return Finding(privilege, name, Status.UNCHECKED,
-                               f"{name} is not there yet (the service makes it at its first write)")
+                return Finding(privilege, name, Status.FIRST_WRITE, f"{name} is not there yet: the service makes it "
+                               "at its first write (or `es-provider prepare` now), and a check after tries this write")
             if exists != 200:
                 return Finding(privilege, name, Status.UNCHECKED, f"cannot tell whether {name} exists ({exists})")
         status, answer = await answers.of(call)
         verdict, detail = _verdict(privilege, call, status, answer)
+        if call.silent and status == 404 and not answer:
+            # The engine answers the same to a pattern that matches no index (a fresh cluster's kb-*): not a refusal.
+            seen, aliases = await answers.of(_call_for(_ALIASES, name, spare) or call)
+            if seen == 200 and aliases == {}:
+                return Finding(privilege, name, Status.UNCHECKED, f"no index matches {name} yet (`es-provider kb "
+                               "create` makes one): tried once one does")
         return Finding(privilege, name, verdict, detail)
 
     async def _has_privileges(self, privileges: Sequence[Privilege], names: Names, today: dt.date,

@@ -131,3 +131,20 @@ def test_the_rest_requests_and_json(engine: str, head: str, render: object) -> N
         assert body == render(duty)  # type: ignore[operator]
     assert json.loads(privileges.as_json(engine)) == {privileges.role_name(d): render(d)  # type: ignore[operator]
                                                       for d in Duty}
+
+
+def test_the_renderings_of_chosen_privileges_hold_only_those() -> None:
+    """`es-provider roles --config`: each rendering takes the duties' chosen privileges (default: all of them)."""
+    chosen = {Duty.SERVE: privileges.needed(Duty.SERVE, []), Duty.ACCESS: list(privileges.ACCESS)}
+    roles = yaml.safe_load(privileges.roles_yml(Names(), chosen))
+    assert set(roles) == {"es_provider_serve", "es_provider_access"}
+    serve = roles["es_provider_serve"]
+    assert serve["cluster_permissions"] == ["cluster:monitor/main"]
+    assert [entry["index_patterns"] for entry in serve["index_permissions"]] == [["kb-*"]]
+    elastic = json.loads(privileges.as_json("elasticsearch", Names(), chosen))["es_provider_serve"]
+    assert elastic == {"cluster": ["monitor"], "indices": [{"names": ["kb-*"],
+                                                            "privileges": ["read", "view_index_metadata"]}]}
+    assert "es_provider_ingest" not in privileges.rest_requests("opensearch", Names(), chosen)
+    block = privileges.doc_block(Names(), chosen)
+    assert "**serve**" in block and "**ingest**" not in block and "msearch" not in block
+    assert privileges.doc_block() == privileges.doc_block(Names(), privileges.DUTIES)

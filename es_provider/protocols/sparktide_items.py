@@ -12,10 +12,10 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 
+from es_provider.core.schema import MAX_URI, web_uri
 from es_provider.search.domain import Chunk
 
 # The answer as a whole, then each field of an item, then its source and its metadata.
@@ -27,7 +27,6 @@ MAX_TENANT = 128
 SOURCE_TYPES = ("DOCUMENT", "URL", "INLINE")
 MAX_SOURCE_ID = 128
 MAX_LOCATOR = 512
-MAX_URI = 2048
 MAX_PAGE = 1_000_000
 MAX_METADATA_BYTES = 4096  # serialized
 MAX_METADATA_DEPTH = 8
@@ -40,15 +39,8 @@ class InvalidItem(ValueError):
 
 
 def valid_uri(uri: object) -> bool:
-    if not isinstance(uri, str) or not uri or len(uri) > MAX_URI:
-        return False
-    try:
-        parts = urlsplit(uri)
-        host = parts.hostname
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError:
-        return False
-    return parts.scheme in ("http", "https") and bool(host) and "@" not in parts.netloc
+    """SparkTide's rule for a source uri, which every protocol keeps (core/schema.web_uri)."""
+    return web_uri(uri) is not None
 
 
 def metadata_depth(value: object, level: int = 1) -> int:

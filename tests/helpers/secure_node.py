@@ -40,7 +40,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from es_provider.config.cluster import OpenSearchSettings
 from es_provider.engine import privileges
+from es_provider.engine.client import Engine, connect
 from es_provider.engine.privileges import Duty, Names
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -336,6 +338,12 @@ def stop_secure_node(port: int = SECURE_PORT) -> None:
     done = subprocess.run([str(LOCAL), "stop"], env=_env(port), capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"scripts/opensearch-local stop (port {port}) failed:\n{done.stderr[-4000:]}")
+
+
+def engine_as(node: SecureNode, user: str = ADMIN_USER) -> Engine:
+    """The service's engine client on the node as `user` (basic auth with its password, the test CA trusted)."""
+    return connect(OpenSearchSettings.model_validate({"url": node.url, "ca_file": str(node.ca_file), "username": user,
+                                                      "password_ref": "PW"}), {"PW": node.passwords[user]})
 
 
 # The security plugin's REST API, with the admin certificate

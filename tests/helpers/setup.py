@@ -4,10 +4,12 @@ conftest.py) set a case up with."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +115,20 @@ async def load_records(engine: Engine, kb: KnowledgeBase, records: list[dict[str
     return summary
 
 
+
+
+async def drop_indices(engine: Engine, *patterns: str) -> None:
+    """Deletes every index each pattern names: a test's own, at its end."""
+    for pattern in patterns:
+        for name in await engine.list_indices(pattern):
+            await engine.delete_index(name)
+
+
+@contextlib.asynccontextmanager
+async def own_prefix(engine: Engine, label: str) -> AsyncIterator[str]:
+    """A fresh index prefix, `label-<10 hex>`; every index under it is dropped at the end."""
+    prefix = f"{label}-{uuid.uuid4().hex[:10]}"
+    try:
+        yield prefix
+    finally:
+        await drop_indices(engine, f"{prefix}-*")

@@ -24,7 +24,7 @@ import orjson
 import pytest
 from helpers import calls
 from helpers.records import metric, record_ids
-from helpers.setup import load_records
+from helpers.setup import load_records, own_prefix
 from helpers.spooling import FIRST, RecordsFront, entries, unblock, written_ids
 
 from es_provider.engine.client import Engine
@@ -120,10 +120,8 @@ PLANTS: list[tuple[Callable[[Path, Path], str], str, int]] = [
 
 @pytest.fixture
 async def prefix(engine: Engine) -> AsyncIterator[str]:
-    name = f"test-access-hostile-{uuid.uuid4().hex[:10]}"
-    yield name
-    for index in await engine.list_indices(f"{name}-*"):
-        await engine.delete_index(index)
+    async with own_prefix(engine, "test-access-hostile") as name:
+        yield name
 
 
 def section(prefix: str, spool_dir: Path, url: str) -> dict[str, Any]:

@@ -19,16 +19,14 @@ from typing import Any
 
 import pytest
 from helpers.calls import body, headers
-from helpers.secure_node import TEST_NAMES, SecureNode, delete, put_role, put_role_mapping, put_user
-from helpers.setup import CALLBACK_SECRET, load_records, new_kb
+from helpers.secure_node import TEST_NAMES, SecureNode, delete, engine_as, put_role, put_role_mapping, put_user
+from helpers.setup import CALLBACK_SECRET, drop_indices, load_records, new_kb
 
 from es_provider.audit import access
 from es_provider.cli import main
-from es_provider.config.cluster import OpenSearchSettings
 from es_provider.config.settings import Settings
 from es_provider.edge.replays import INDEX_BODY as REPLAYS_BODY
 from es_provider.engine import privileges
-from es_provider.engine.client import connect
 from es_provider.engine.privileges import Duty, Privilege, Target
 from es_provider.engine.probes import privileges_of
 from es_provider.identity import directory
@@ -44,18 +42,12 @@ KB = new_kb(id="checked", alias=ALIAS, signature=True, embedder="e5")
 SERVED_KB = new_kb(id="checked", alias=ALIAS, signature=True)  # the service loads no model: no kNN privileges
 
 
-def _admin(node: SecureNode) -> Any:
-    return connect(OpenSearchSettings.model_validate({"url": node.url, "ca_file": str(node.ca_file),
-                                                      "username": "admin_user", "password_ref": "PW"}),
-                   {"PW": node.passwords["admin_user"]})
-
-
 @pytest.fixture(scope="module")
 def world(secure_opensearch: SecureNode) -> Any:
     """The knowledge base with one document and the service's own indices (made as the service makes them), so
     every privilege can be probed; dropped at the end."""
     async def make() -> None:
-        engine = _admin(secure_opensearch)
+        engine = engine_as(secure_opensearch)
         try:
             await admin.create(engine, KB, admin.load_index_body())
             await load_records(engine, KB, [{
@@ -71,12 +63,10 @@ def world(secure_opensearch: SecureNode) -> Any:
             await engine.close()
 
     async def drop() -> None:
-        engine = _admin(secure_opensearch)
+        engine = engine_as(secure_opensearch)
         try:
             await admin.drop(engine, KB)
-            for pattern in (REPLAYS, PRINCIPALS, f"{ACCESS}-*"):
-                for name in await engine.list_indices(pattern):
-                    await engine.delete_index(name)
+            await drop_indices(engine, REPLAYS, PRINCIPALS, f"{ACCESS}-*")
         finally:
             await engine.close()
 

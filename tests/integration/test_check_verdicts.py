@@ -20,14 +20,13 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers.secure_node import TEST_NAMES, SecureNode, delete, put_role, put_role_mapping, put_user, request
+from helpers.secure_node import TEST_NAMES, SecureNode, delete, engine_as, put_role, put_role_mapping, put_user, request
+from helpers.setup import drop_indices
 
 from es_provider.audit import access
 from es_provider.cli import main
-from es_provider.config.cluster import OpenSearchSettings
 from es_provider.config.settings import load_settings
 from es_provider.engine import privileges
-from es_provider.engine.client import connect
 from es_provider.engine.privileges import Duty
 
 SUFFIX = uuid.uuid4().hex[:8]
@@ -42,17 +41,11 @@ def _mapping(groups: dict[str, Any]) -> dict[str, Any]:
                                         "metadata": {"properties": {"allowed_groups": groups}}}}}
 
 
-def _admin(node: SecureNode) -> Any:
-    return connect(OpenSearchSettings.model_validate({"url": node.url, "ca_file": str(node.ca_file),
-                                                      "username": "admin_user", "password_ref": "PW"}),
-                   {"PW": node.passwords["admin_user"]})
-
-
 @pytest.fixture(scope="module")
 def world(secure_opensearch: SecureNode) -> Any:
     """Two existing indices (made as their tools make them, one document each); dropped at the end."""
     async def make() -> None:
-        engine = _admin(secure_opensearch)
+        engine = engine_as(secure_opensearch)
         try:
             for name, groups in ((KEYWORD_KB, {"type": "keyword"}), (TEXT_KB, TEXT_SPEC)):
                 await engine.create_index(name, _mapping(groups))
@@ -60,11 +53,9 @@ def world(secure_opensearch: SecureNode) -> Any:
             await engine.close()
 
     async def drop() -> None:
-        engine = _admin(secure_opensearch)
+        engine = engine_as(secure_opensearch)
         try:
-            for pattern in (KEYWORD_KB, TEXT_KB, f"{FRESH}-*"):
-                for name in await engine.list_indices(pattern):
-                    await engine.delete_index(name)
+            await drop_indices(engine, KEYWORD_KB, TEXT_KB, f"{FRESH}-*")
         finally:
             await engine.close()
 

@@ -20,7 +20,7 @@ from aiohttp import web
 from helpers import calls
 from helpers.proxy import EngineProxy
 from helpers.records import metric, record_ids
-from helpers.setup import load_records
+from helpers.setup import load_records, own_prefix
 
 from es_provider.audit import access
 from es_provider.engine.client import Engine
@@ -74,10 +74,8 @@ async def closed(engine: Engine, index: str, on: bool) -> None:
 
 @pytest.fixture
 async def drop_prefix(engine: Engine) -> AsyncIterator[str]:
-    prefix = f"test-access-out-{uuid.uuid4().hex[:10]}"
-    yield prefix
-    for name in await engine.list_indices(f"{prefix}-*"):
-        await engine.delete_index(name)
+    async with own_prefix(engine, "test-access-out") as name:
+        yield name
 
 
 async def ask_while(client: Any, seconds: float, tag: str) -> list[tuple[int, str]]:

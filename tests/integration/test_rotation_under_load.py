@@ -27,6 +27,7 @@ from helpers.projected_secret import ProjectedSecret
 from helpers.secure_node import (
     ROLE_OF,
     default_roles,
+    engine_as,
     issue_client_certificate,
     put_role,
     put_role_mapping,
@@ -37,8 +38,6 @@ from helpers.secure_node import (
 from helpers.setup import load_records, new_kb
 from helpers.tls_front import Certificates, TlsFront
 
-from es_provider.config.cluster import OpenSearchSettings
-from es_provider.engine.client import connect
 from es_provider.ingest import admin
 from es_provider.web.app import ENGINE
 
@@ -63,6 +62,14 @@ class Load:
         self.started = time.monotonic()
         self._tasks = [asyncio.create_task(self._ask()), asyncio.create_task(self._probe())]
         return self
+
+    @classmethod
+    async def on(cls, served: Any) -> Load:
+        """Started once /readyz answers 200, and run 2 s before the procedure begins."""
+        assert (await served.get("/readyz")).status == 200
+        load = cls(served).start()
+        await asyncio.sleep(2)
+        return load
 
     async def _ask(self) -> None:
         pending: list[asyncio.Task[None]] = []
@@ -96,6 +103,13 @@ class Load:
         assert set(self.ready) == {200}, self.ready
         assert len(self.answers) >= 5 * RATE
 
+    async def finish(self, caplog: pytest.LogCaptureFixture, what: str, *secret_values: str, note: str = "") -> None:
+        """Stopped, its summary printed (`what: summary; note`); nothing failed and no secret logged."""
+        summary = await self.stop()
+        print(f"\n{what}: {summary}" + (f"; {note}" if note else ""))
+        self.assert_nothing_failed()
+        no_secret_logged(caplog, *secret_values)
+
 
 async def logged(caplog: pytest.LogCaptureFixture, text: str, seconds: float = 30.0) -> float:
     """Waits for a log line holding `text`; how long it took."""
@@ -118,9 +132,7 @@ def cluster(node: Any, **keys: Any) -> dict[str, Any]:
 
 @pytest.fixture
 async def rotation_kb(secure_opensearch: Any) -> AsyncIterator[Any]:
-    node = secure_opensearch
-    engine = connect(OpenSearchSettings.model_validate(cluster(node, username="ingest_user", password_ref="PW")),
-                     {"PW": node.passwords["ingest_user"]})
+    engine = engine_as(secure_opensearch, "ingest_user")
     kb = new_kb(alias=f"kb-rotation-{uuid.uuid4().hex}")
     await admin.create(engine, kb, admin.load_index_body())
     await load_records(engine, kb, [RECORD])
@@ -151,8 +163,7 @@ async def serve_roles(secure_opensearch: Any) -> AsyncIterator[Any]:
 
 
 async def drop_access_record(node: Any, prefix: str) -> None:
-    engine = connect(OpenSearchSettings.model_validate(cluster(node, username="admin_user", password_ref="PW")),
-                     {"PW": node.passwords["admin_user"]})
+    engine = engine_as(node)
     try:
         await engine.delete_index(f"{prefix}-*")
     finally:
@@ -181,18 +192,14 @@ async def test_basic_auth_moves_to_a_second_user_failing_nothing(secure_opensear
                               opensearch=cluster(node, username_ref="ES_USER", password_ref="ES_PASSWORD"),
                               access_log={"index": f"es-provider-access-rot-{tag}", "flush_interval_s": 0.1})
     try:
-        assert (await served.get("/readyz")).status == 200
-        load = Load(served).start()
-        await asyncio.sleep(2)
+        load = await Load.on(served)
         await asyncio.to_thread(put_user, node, user_b, password_b, backend_roles=[backend_role])  # 1. user B
         secret.write({"username": user_b, "password": password_b})  # 2. the Secret: B's name and password
         in_use = await logged(caplog, f"works and is in use (user {user_b})")  # 3. the service uses B
         await drop_user(node, user_a)  # 4. user A deleted
         await asyncio.sleep(3)
-        summary = await load.stop()
-        print(f"\nbasic, second user: {summary}; B in use {in_use:.2f} s after the Secret changed")
-        load.assert_nothing_failed()
-        no_secret_logged(caplog, password_a, password_b)
+        await load.finish(caplog, "basic, second user", password_a, password_b,
+                          note=f"B in use {in_use:.2f} s after the Secret changed")
     finally:
         for user in (user_a, user_b):
             await drop_user(node, user)
@@ -217,19 +224,14 @@ async def test_one_users_password_changed_secret_first_fails_nothing(secure_open
                               opensearch=cluster(node, username=user, password_ref="ES_PASSWORD"),
                               access_log={"index": f"es-provider-access-rot-{tag}", "flush_interval_s": 0.1})
     try:
-        assert (await served.get("/readyz")).status == 200
-        load = Load(served).start()
-        await asyncio.sleep(2)
+        load = await Load.on(served)
         replacement = tmp_path / "password.new"
         replacement.write_text(new + "\n")
         replacement.replace(password)  # 1. the secret first
         await asyncio.sleep(4)  # read within a second: the engine refuses it, the old one keeps serving
         await asyncio.to_thread(put_user, node, user, new)  # 2. the engine's password changed (PUT replaces)
         await asyncio.sleep(4)
-        summary = await load.stop()
-        print(f"\nbasic, one user, secret first: {summary}")
-        load.assert_nothing_failed()
-        no_secret_logged(caplog, old, new)
+        await load.finish(caplog, "basic, one user, secret first", old, new)
     finally:
         await drop_user(node, user)
         await drop_access_record(node, f"es-provider-access-rot-{tag}")
@@ -251,9 +253,7 @@ async def test_a_client_certificate_rotation_fails_nothing(secure_opensearch, ro
                                                               client_key_file=secret.path("tls.key")),
                               access_log={"index": f"es-provider-access-rot-{tag}", "flush_interval_s": 0.1})
     try:
-        assert (await served.get("/readyz")).status == 200
-        load = Load(served).start()
-        await asyncio.sleep(2)
+        load = await Load.on(served)
         secret.write({"tls.crt": cert.read_text(), "tls.key": key.read_text()})
         fingerprint = hashlib.sha256(ssl.PEM_cert_to_DER_cert(cert.read_text())).hexdigest()
         in_use = await logged(caplog, f"present the certificate with SHA-256 {fingerprint}")
@@ -263,11 +263,8 @@ async def test_a_client_certificate_rotation_fails_nothing(secure_opensearch, ro
                                                context=context)
         assert status == 200 and info["user_name"] == name
         await asyncio.sleep(3)
-        summary = await load.stop()
-        print(f"\nclient certificate: {summary}; new connections present it {in_use:.2f} s after the Secret "
-              "changed")
-        load.assert_nothing_failed()
-        no_secret_logged(caplog)
+        await load.finish(caplog, "client certificate",
+                          note=f"new connections present it {in_use:.2f} s after the Secret changed")
     finally:
         await drop_access_record(node, f"es-provider-access-rot-{tag}")
 
@@ -294,9 +291,7 @@ async def test_an_api_key_rotation_fails_nothing(order, opensearch, engine, clie
         served = await client_for(kb, env={"ES_API_KEY_FILE": secret.path("api-key")},
                                   opensearch={"url": front.url, "ca_file": front.certificates.ca_file,
                                               "api_key_ref": "ES_API_KEY"})
-        assert (await served.get("/readyz")).status == 200
-        load = Load(served).start()
-        await asyncio.sleep(2)
+        load = await Load.on(served)
         if order == "key made first":
             front.accepted.add(api_key(KEY_2))
         secret.write({"api-key": KEY_2})
@@ -307,11 +302,9 @@ async def test_an_api_key_rotation_fails_nothing(order, opensearch, engine, clie
         in_use = await logged(caplog, "works and is in use (API key id rot-key-2)")
         front.accepted.discard(api_key(KEY_1))
         await asyncio.sleep(3)
-        summary = await load.stop()
-        print(f"\nAPI key, {order}: {summary}; key 2 in use {in_use:.2f} s after "
-              f"{'the Secret changed' if order == 'key made first' else 'the first refusal was logged'}")
-        load.assert_nothing_failed()
-        no_secret_logged(caplog, KEY_1.split(":")[1], KEY_2.split(":")[1])
+        await load.finish(caplog, f"API key, {order}", KEY_1.split(":")[1], KEY_2.split(":")[1],
+                          note=f"key 2 in use {in_use:.2f} s after "
+                          f"{'the Secret changed' if order == 'key made first' else 'the first refusal was logged'}")
     finally:
         await front.close()
         await admin.drop(engine, kb)

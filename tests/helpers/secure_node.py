@@ -28,8 +28,8 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -340,10 +340,17 @@ def stop_secure_node(port: int = SECURE_PORT) -> None:
         raise RuntimeError(f"scripts/opensearch-local stop (port {port}) failed:\n{done.stderr[-4000:]}")
 
 
-def engine_as(node: SecureNode, user: str = ADMIN_USER) -> Engine:
-    """The service's engine client on the node as `user` (basic auth with its password, the test CA trusted)."""
-    return connect(OpenSearchSettings.model_validate({"url": node.url, "ca_file": str(node.ca_file), "username": user,
-                                                      "password_ref": "PW"}), {"PW": node.passwords[user]})
+@asynccontextmanager
+async def engine_as(node: SecureNode, user: str = ADMIN_USER) -> AsyncIterator[Engine]:
+    """The service's engine client on the node as `user` (basic auth with its password, the test CA trusted),
+    closed at the end."""
+    engine = connect(OpenSearchSettings.model_validate({"url": node.url, "ca_file": str(node.ca_file),
+                                                        "username": user, "password_ref": "PW"}),
+                     {"PW": node.passwords[user]})
+    try:
+        yield engine
+    finally:
+        await engine.close()
 
 
 # The security plugin's REST API, with the admin certificate

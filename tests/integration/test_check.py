@@ -47,8 +47,7 @@ def world(secure_opensearch: SecureNode) -> Any:
     """The knowledge base with one document and the service's own indices (made as the service makes them), so
     every privilege can be probed; dropped at the end."""
     async def make() -> None:
-        engine = engine_as(secure_opensearch)
-        try:
+        async with engine_as(secure_opensearch) as engine:
             await admin.create(engine, KB, admin.load_index_body())
             await load_records(engine, KB, [{
                 "document_id": "checked-1", "title": "Checked", "content": "installation with least privilege",
@@ -59,16 +58,11 @@ def world(secure_opensearch: SecureNode) -> Any:
                                       index_body=directory.INDEX_BODY)
             await engine.create_index(access.daily_index(ACCESS, dt.datetime.now(dt.UTC).isoformat()),
                                       access.INDEX_BODY)
-        finally:
-            await engine.close()
 
     async def drop() -> None:
-        engine = engine_as(secure_opensearch)
-        try:
+        async with engine_as(secure_opensearch) as engine:
             await admin.drop(engine, KB)
             await drop_indices(engine, REPLAYS, PRINCIPALS, f"{ACCESS}-*")
-        finally:
-            await engine.close()
 
     asyncio.run(make())
     yield secure_opensearch

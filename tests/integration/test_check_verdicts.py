@@ -45,19 +45,13 @@ def _mapping(groups: dict[str, Any]) -> dict[str, Any]:
 def world(secure_opensearch: SecureNode) -> Any:
     """Two existing indices (made as their tools make them, one document each); dropped at the end."""
     async def make() -> None:
-        engine = engine_as(secure_opensearch)
-        try:
+        async with engine_as(secure_opensearch) as engine:
             for name, groups in ((KEYWORD_KB, {"type": "keyword"}), (TEXT_KB, TEXT_SPEC)):
                 await engine.create_index(name, _mapping(groups))
-        finally:
-            await engine.close()
 
     async def drop() -> None:
-        engine = engine_as(secure_opensearch)
-        try:
+        async with engine_as(secure_opensearch) as engine:
             await drop_indices(engine, KEYWORD_KB, TEXT_KB, f"{FRESH}-*")
-        finally:
-            await engine.close()
 
     asyncio.run(make())
     yield secure_opensearch

@@ -132,13 +132,12 @@ def cluster(node: Any, **keys: Any) -> dict[str, Any]:
 
 @pytest.fixture
 async def rotation_kb(secure_opensearch: Any) -> AsyncIterator[Any]:
-    engine = engine_as(secure_opensearch, "ingest_user")
-    kb = new_kb(alias=f"kb-rotation-{uuid.uuid4().hex}")
-    await admin.create(engine, kb, admin.load_index_body())
-    await load_records(engine, kb, [RECORD])
-    yield kb
-    await admin.drop(engine, kb)
-    await engine.close()
+    async with engine_as(secure_opensearch, "ingest_user") as engine:
+        kb = new_kb(alias=f"kb-rotation-{uuid.uuid4().hex}")
+        await admin.create(engine, kb, admin.load_index_body())
+        await load_records(engine, kb, [RECORD])
+        yield kb
+        await admin.drop(engine, kb)
 
 
 @pytest.fixture
@@ -163,11 +162,8 @@ async def serve_roles(secure_opensearch: Any) -> AsyncIterator[Any]:
 
 
 async def drop_access_record(node: Any, prefix: str) -> None:
-    engine = engine_as(node)
-    try:
+    async with engine_as(node) as engine:
         await engine.delete_index(f"{prefix}-*")
-    finally:
-        await engine.close()
 
 
 async def drop_user(node: Any, user: str) -> None:

@@ -17,51 +17,30 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
 import re
-import time
 import tomllib
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import calls
-from helpers.acl_random import GROUPS, SUBJECTS, TENANTS, corpus
 from helpers.setup import CALLBACK_SECRET, bearer, new_kb
 from helpers.tool_indices import CONNECTORS, HAYSTACK_OPENSEARCH, LANGCHAIN, LLAMAINDEX, Layout
+from helpers.tool_oracle import KB_ID, ask_every_protocol, crowd, tool_index
 
 from es_provider.cli import main
 from es_provider.config.settings import load_settings
 
 CHUNKS = 300
 IDENTITIES = 150  # 50 a protocol
-KB_ID = "tool-docs"
-ROUTE = f"/agent/knowledge/{KB_ID}/1.0.0"
-
-
-def readable(doc: dict[str, Any], subject: str, tenant: str, groups: set[str], layout: Layout) -> bool:
-    """An index the service did not write: no tenant is no one's (where tenants are filtered), no ACL nobody's."""
-    if layout.tenants and doc.get("tenant_id") != tenant:
-        return False
-    acl = doc["acl"]
-    return (acl["public"] is True and "public" in layout.fields) or subject in acl["subjects"] \
-        or bool(groups & set(acl["groups"]))
 
 
 @pytest.fixture(params=[LANGCHAIN, LLAMAINDEX, HAYSTACK_OPENSEARCH, CONNECTORS], ids=lambda layout: layout.name)
 async def built(request: pytest.FixtureRequest, opensearch: Any, engine: Any) -> Any:
     """The layout, its own index (built by the tool's library) and the corpus in it."""
     layout: Layout = request.param
-    docs, uses = corpus(random.Random(f"inspect-{layout.name}"), CHUNKS)
-    index = f"test-inspect-{layout.name}-{uuid.uuid4().hex[:8]}"
-    try:
-        await asyncio.to_thread(layout.build, opensearch.url, index, docs)
-        assert await engine.count(index) == CHUNKS
+    async with tool_index(layout, opensearch.url, engine, "inspect", CHUNKS) as (index, docs, uses):
         yield layout, index, docs, uses
-    finally:
-        if await engine.index_exists(index):
-            await engine.delete_index(index)
 
 
 def filled(proposal: str) -> str:
@@ -108,83 +87,26 @@ async def test_inspect_proposes_the_tools_preset_and_the_proposal_serves_every_p
     kb = load_settings(config, {"TEST_CALLBACK_KEY": CALLBACK_SECRET}).knowledge_base(KB_ID)
     assert kb is not None and kb.schema_name == layout.schema
 
-    rng = random.Random(f"inspect-identities-{layout.name}")
-    by_id = {d["document_id"]: d for d in docs}
-    principals = {s: rng.sample(GROUPS, rng.randint(0, 4)) for s in SUBJECTS}
-    identities = [(rng.choice(SUBJECTS) if rng.random() < 0.9 else f"stranger-{i}", rng.choice(TENANTS),
-                   rng.choice(list(uses))) for i in range(IDENTITIES)]
-    acting = {t: f"acting-{n}" for n, t in enumerate(TENANTS)}
-    api_keys = [{"key_ref": "BROAD", "app": "app-1", "tenants": TENANTS, "subjects": ["*"], "knowledge": [KB_ID]}]
-    api_keys += [{"key_ref": f"ACTING_{n}", "app": "app-1", "tenants": [t], "subjects": ["*"], "knowledge": [KB_ID]}
-                 for n, t in enumerate(TENANTS)]
-    env = {"BROAD": "broad-key", **{f"ACTING_{n}": key for n, key in enumerate(acting.values())}}
-    required = list(kb.mandatory_filters)
+    people = crowd(f"inspect-identities-{layout.name}", uses, IDENTITIES)
     with caplog.at_level(logging.INFO, logger="es_provider"):
-        client = await client_for(kb, principals=principals, api_keys=api_keys, env=env)
+        client = await client_for(kb, principals=people.principals, api_keys=people.api_keys, env=people.env)
         ready = await client.get("/readyz")
         assert ready.status == 200, await ready.text()
-        uris: set[Any] = set()
-
-        async def sparktide(n: int, subject: str, tenant: str, token: str) -> set[str]:
-            execution = f"inspect-{n}"
-            response = await client.post(ROUTE, headers=calls.headers(**{"Idempotency-Key": execution}),
-                                         json=calls.body(subject, tenant, knowledge=KB_ID, query=token, topK=10,
-                                                         executionId=execution, required=required,
-                                                         deadline=int(time.time() * 1000) + 30_000))
-            answer = await response.json()
-            assert response.status == 200 and answer["appliedFilters"] == required, answer
-            uris.update(i["source"].get("uri") for i in answer["items"])
-            return {i["documentId"] for i in answer["items"]}
-
-        async def agentarts(n: int, subject: str, tenant: str, token: str) -> set[str]:
-            response = await client.post("/knowledge-bases/retrieve", headers=bearer("broad-key"), data=json.dumps({
-                "knowledge_base_ids": [KB_ID], "query": token, "method": "doc", "limit": 100,
-                "extra_params": [{"key": "tenant_id", "value": tenant}, {"key": "subject_id", "value": subject}]}))
-            assert response.status == 200, await response.text()
-            return {r["file_id"] for r in (await response.json())["search_result_list"]}
-
-        async def dify(n: int, subject: str, tenant: str, token: str) -> set[str]:
-            response = await client.post("/retrieval", headers=bearer(acting[tenant]), data=json.dumps({
-                "knowledge_id": KB_ID, "query": token, "retrieval_setting": {"top_k": 100, "score_threshold": 0},
-                "metadata_condition": {"logical_operator": "and", "conditions": [
-                    {"name": "acting_subject", "comparison_operator": "is", "value": subject}]}}))
-            assert response.status == 200, await response.text()
-            records = (await response.json())["records"]
-            uris.update(r["metadata"].get("uri") for r in records)
-            return {r["metadata"]["document_id"] for r in records}
-
-        protocols = [sparktide, agentarts, dify]
-        leaks: list[Any] = []
-        missing: list[Any] = []
-        answered = 0
-        gate = asyncio.Semaphore(8)
-
-        async def check(n: int, subject: str, tenant: str, token: str) -> None:
-            nonlocal answered
-            groups = set(principals.get(subject, []))
-            expected = {d for d in uses[token] if readable(by_id[d], subject, tenant, groups, layout)}
-            async with gate:
-                got = await protocols[n % len(protocols)](n, subject, tenant, token)
-            answered += len(got)
-            if got - expected:
-                leaks.append((protocols[n % 3].__name__, subject, tenant, token, sorted(got - expected)))
-            if expected - got:
-                missing.append((protocols[n % 3].__name__, subject, tenant, token, sorted(expected - got)))
-
-        await asyncio.gather(*(check(n, *identity) for n, identity in enumerate(identities)))
+        tally = await ask_every_protocol(client, layout, docs, uses, people, list(kb.mandatory_filters), "inspect")
     messages = [record.getMessage() for record in caplog.records]
     figures("kb inspect on the tools' own indices",
             f"{layout.name}: schema {layout.schema} proposed with {sorted(layout.fields)}; {IDENTITIES} identities "
-            f"over the three protocols, {answered} documents answered; leaks {len(leaks)}, missing {len(missing)}")
-    assert leaks == [], leaks[:5]
-    assert missing == [], missing[:5]
-    assert answered > 0
+            f"over the three protocols, {tally.documents} documents answered; leaks {len(tally.leaks)}, "
+            f"missing {len(tally.missing)}")
+    tally.assert_as_the_oracle()
+    assert tally.documents > 0
     # The uri rule: SparkTide and Dify answer the same (a URL, or nothing), and nothing is logged per item.
     assert not any("dropped invalid source.uri" in m for m in messages)
     if layout is CONNECTORS:
-        assert uris - {None} and all(str(u).startswith("https://drive.example.com/") for u in uris - {None})
+        uris = tally.uris - {None}
+        assert uris and all(str(u).startswith("https://drive.example.com/") for u in uris)
     else:
-        assert uris <= {None}, uris
+        assert tally.uris <= {None}, tally.uris
     said = [m for m in messages if "source uri from" in m]
     assert len(said) == (1 if layout in (LANGCHAIN, LLAMAINDEX, CONNECTORS) else 0), said
 

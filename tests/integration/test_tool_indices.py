@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
 import time
 import uuid
 from pathlib import Path
@@ -21,9 +20,10 @@ from typing import Any
 
 import pytest
 from helpers import calls
-from helpers.acl_random import GROUPS, SUBJECTS, TENANTS, corpus
+from helpers.acl_random import TENANTS
 from helpers.setup import CALLBACK_SECRET, SECOND_ENGINE, bearer, new_kb
 from helpers.tool_indices import CONNECTORS, HAYSTACK_ELASTICSEARCH, HAYSTACK_OPENSEARCH, LANGCHAIN, LLAMAINDEX, Layout
+from helpers.tool_oracle import KB_ID, ROUTE, ask_every_protocol, crowd, tool_index
 
 from es_provider.cli import main
 from es_provider.config.knowledge import KnowledgeBase
@@ -32,18 +32,6 @@ LAYOUTS = [HAYSTACK_ELASTICSEARCH, CONNECTORS] if SECOND_ENGINE else [LANGCHAIN,
                                                                        CONNECTORS]
 CHUNKS = 600
 IDENTITIES = 300 if SECOND_ENGINE else 2_000  # on Elasticsearch beside the timing tests, 2,000 filled the access record's queue (fc15)
-KB_ID = "tool-docs"
-ROUTE = f"/agent/knowledge/{KB_ID}/1.0.0"
-
-
-def readable(doc: dict[str, Any], subject: str, tenant: str, groups: set[str], layout: Layout) -> bool:
-    """The oracle for an index the service did not write: a document without a tenant is no one's (where the
-    knowledge base filters by tenant), one without any ACL value nobody's (the connectors keep no public flag)."""
-    if layout.tenants and doc.get("tenant_id") != tenant:
-        return False
-    acl = doc["acl"]
-    public = acl["public"] is True and "public" in layout.fields
-    return public or subject in acl["subjects"] or bool(groups & set(acl["groups"]))
 
 
 def kb_for(layout: Layout, index: str, fields: dict[str, str] | None = None, **overrides: Any) -> KnowledgeBase:
@@ -55,88 +43,29 @@ def kb_for(layout: Layout, index: str, fields: dict[str, str] | None = None, **o
 async def built(request: pytest.FixtureRequest, opensearch: Any, engine: Any) -> Any:
     """The layout, its index (built by the tool's library) and the corpus in it."""
     layout: Layout = request.param
-    docs, uses = corpus(random.Random(f"tools-{layout.name}"), CHUNKS)
-    index = f"test-tool-{layout.name}-{uuid.uuid4().hex[:8]}"
-    try:
-        await asyncio.to_thread(layout.build, opensearch.url, index, docs)
-        assert await engine.count(index) == CHUNKS
+    async with tool_index(layout, opensearch.url, engine, "tools", CHUNKS) as (index, docs, uses):
         yield layout, index, docs, uses
-    finally:
-        if await engine.index_exists(index):
-            await engine.delete_index(index)
 
 
 async def test_every_protocol_answers_the_oracle_over_an_index_the_tool_built(built: Any, client_for: Any,
                                                                               figures: Any) -> None:
     layout, index, docs, uses = built
-    rng = random.Random(f"identities-{layout.name}")
-    by_id = {d["document_id"]: d for d in docs}
-    principals = {s: rng.sample(GROUPS, rng.randint(0, 4)) for s in SUBJECTS}
-    identities = [(rng.choice(SUBJECTS) if rng.random() < 0.9 else f"stranger-{i}", rng.choice(TENANTS),
-                   rng.choice(list(uses))) for i in range(IDENTITIES)]
-    acting = {t: f"acting-{n}" for n, t in enumerate(TENANTS)}
-    api_keys = [{"key_ref": "BROAD", "app": "app-1", "tenants": TENANTS, "subjects": ["*"], "knowledge": [KB_ID]}]
-    api_keys += [{"key_ref": f"ACTING_{n}", "app": "app-1", "tenants": [t], "subjects": ["*"], "knowledge": [KB_ID]}
-                 for n, t in enumerate(TENANTS)]
-    env = {"BROAD": "broad-key", **{f"ACTING_{n}": key for n, key in enumerate(acting.values())}}
-    client = await client_for(kb_for(layout, index), principals=principals, api_keys=api_keys, env=env)
+    people = crowd(f"identities-{layout.name}", uses, IDENTITIES)
+    client = await client_for(kb_for(layout, index), principals=people.principals, api_keys=people.api_keys,
+                              env=people.env)
     ready = await client.get("/readyz")
     assert ready.status == 200, await ready.text()
     required = ["TENANT", "SUBJECT"] if layout.tenants else ["SUBJECT"]
-
-    async def sparktide(n: int, subject: str, tenant: str, token: str) -> set[str]:
-        execution = f"tool-{n}"
-        response = await client.post(ROUTE, headers=calls.headers(**{"Idempotency-Key": execution}), json=calls.body(
-            subject, tenant, knowledge=KB_ID, query=token, topK=10, executionId=execution, required=required,
-            deadline=int(time.time() * 1000) + 30_000))
-        answer = await response.json()
-        assert response.status == 200 and answer["appliedFilters"] == required, answer
-        return {i["documentId"] for i in answer["items"]}
-
-    async def agentarts(n: int, subject: str, tenant: str, token: str) -> set[str]:
-        response = await client.post("/knowledge-bases/retrieve", headers=bearer("broad-key"), data=json.dumps({
-            "knowledge_base_ids": [KB_ID], "query": token, "method": "doc", "limit": 100,
-            "extra_params": [{"key": "tenant_id", "value": tenant}, {"key": "subject_id", "value": subject}]}))
-        assert response.status == 200, await response.text()
-        return {r["file_id"] for r in (await response.json())["search_result_list"]}
-
-    async def dify(n: int, subject: str, tenant: str, token: str) -> set[str]:
-        response = await client.post("/retrieval", headers=bearer(acting[tenant]), data=json.dumps({
-            "knowledge_id": KB_ID, "query": token, "retrieval_setting": {"top_k": 100, "score_threshold": 0},
-            "metadata_condition": {"logical_operator": "and", "conditions": [
-                {"name": "acting_subject", "comparison_operator": "is", "value": subject}]}}))
-        assert response.status == 200, await response.text()
-        return {r["metadata"]["document_id"] for r in (await response.json())["records"]}
-
-    protocols = {"SparkTide": sparktide, "AgentArts": agentarts, "Dify acting_subject": dify}
-    leaks: list[Any] = []
-    missing: list[Any] = []
-    answered = dict.fromkeys(protocols, 0)
-    gate = asyncio.Semaphore(8)
-
-    async def check(n: int, subject: str, tenant: str, token: str) -> None:
-        groups = set(principals.get(subject, []))
-        expected = {d for d in uses[token] if readable(by_id[d], subject, tenant, groups, layout)}
-        name = list(protocols)[n % len(protocols)]
-        async with gate:
-            got = await protocols[name](n, subject, tenant, token)
-        answered[name] += 1
-        if got - expected:
-            leaks.append((name, subject, tenant, token, sorted(got - expected)))
-        if expected - got:
-            missing.append((name, subject, tenant, token, sorted(expected - got)))
-
     started = time.monotonic()
-    await asyncio.gather(*(check(n, *identity) for n, identity in enumerate(identities)))
+    tally = await ask_every_protocol(client, layout, docs, uses, people, required, "tool")
     seconds = time.monotonic() - started
     unreadable = sum(1 for d in docs if (layout.tenants and not d.get("tenant_id")) or not (
         d["acl"]["subjects"] or d["acl"]["groups"] or (d["acl"]["public"] and "public" in layout.fields)))
     figures("Existing indices built by the tools",
             f"{layout.name}: {CHUNKS} chunks written by the tool's library ({unreadable} without an ACL or a "
-            f"tenant: nobody's), {IDENTITIES} random identities ({', '.join(f'{k} {v}' for k, v in answered.items())}) in "
-            f"{seconds:.1f} s; leaks {len(leaks)}, visible chunks missing {len(missing)}")
-    assert leaks == [], leaks[:5]
-    assert missing == [], missing[:5]
+            f"tenant: nobody's), {IDENTITIES} random identities ({', '.join(f'{k} {v}' for k, v in tally.asked.items())}) in "
+            f"{seconds:.1f} s; leaks {len(tally.leaks)}, visible chunks missing {len(tally.missing)}")
+    tally.assert_as_the_oracle()
 
 
 @pytest.mark.parametrize("fault", ["text_acl", "missing"])

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from es_provider.audit.sinks import Sink
-from es_provider.audit.spool import Claimed, Refusal, SetAside, Spool, SpoolFull
+from es_provider.audit.spool import Claimed, Journal, Refusal, Segment, SetAside, Spool, SpoolFull
 from es_provider.config.audit import AccessLogSettings
 from es_provider.core.errors import KnowledgeError
 
@@ -81,6 +81,9 @@ class Channel:
         self._spooled = spooled or (lambda _sink, _n: None)
         self._drained = drained or (lambda _sink, _n: None)
         self.spool = spool
+        self.journal = Journal(spool) if spool is not None else None  # the queue's write-ahead copy (spool.py)
+        self._journaled: dict[int, Segment] = {}  # id(record) -> the journal segment holding it, until taken
+        self.journal_failing = False  # the last journal write failed
         self.queue: deque[tuple[float, dict[str, Any]]] = deque()  # (when queued, record), oldest first
         self._inflight: list[tuple[float, dict[str, Any]]] = []  # the batch being written
         self._inflight_spooled = False  # ... a copy of it is in the spool already (a write twice is one record)
@@ -111,7 +114,28 @@ class Channel:
         oldest = self._oldest()
         return oldest is not None and now - oldest > self._settings.max_delay_s
 
-    def put(self, record: dict[str, Any]) -> None:
+    def write_ahead(self, record: dict[str, Any]) -> Segment | None:
+        """The record's journal line, before its answer goes out (None: no journal, or the write failed: logged
+        once per failure run, and the caller counts it)."""
+        if self.journal is None:
+            return None
+        try:
+            segment = self.journal.append(record)
+        except OSError as exc:
+            if not self.journal_failing:
+                self.journal_failing = True
+                log.error("access record: the journal in %s cannot be written (%s): a kill -9 would lose the records "
+                          "queued in memory; answers are refused (or, with \"count\", counted)",
+                          self.journal.spool.directory, _why(exc))
+            return None
+        if self.journal_failing:
+            self.journal_failing = False
+            log.warning("access record: the journal in %s is written again", self.journal.spool.directory)
+        return segment
+
+    def put(self, record: dict[str, Any], segment: Segment | None = None) -> None:
+        if segment is not None:
+            self._journaled[id(record)] = segment
         self.queue.append((time.monotonic(), record))
         if len(self.queue) >= self._settings.batch:
             self._wake.set()
@@ -127,6 +151,7 @@ class Channel:
                 pass
             self._wake.clear()
             try:
+                self._settle([])  # a journal file idle for Journal.ROTATE_S, all its records taken, goes
                 if time.monotonic() >= next_expiry:
                     # A failed sweep (e.g. a user without delete_index) is tried, and logged, once a minute, not at
                     # every flush.
@@ -201,6 +226,7 @@ class Channel:
             taken = {id(r) for r in records}
             self.queue = deque(queued for queued in self.queue if id(queued[1]) not in taken)
             self._inflight_spooled = True
+            self._settle(records)
         if self._spool_failing:
             self._spool_failing = False
             log.warning("access record: the spool in %s takes records again", self.spool.directory)
@@ -335,8 +361,25 @@ class Channel:
             self._put_back()
             raise
         self._inflight = []
+        self._settle(batch)
         self._kept(len(batch), rejected, self._written)
         return True
+
+    def _settle(self, records: list[dict[str, Any]]) -> None:
+        """The records are taken (by the index, or the spool): their journal segments may go."""
+        if self.journal is not None:
+            segments = [s for r in records if (s := self._journaled.pop(id(r), None)) is not None]
+            if segments or self.journal.current is not None:
+                self.journal.settle(segments)
+
+    def close_journal(self) -> int:
+        """The stop's: the journal files whose records were all taken are deleted, the others left for the next
+        drain; how many queued records they still hold."""
+        if self.journal is None:
+            return 0
+        left = self.journal.close()
+        self._journaled.clear()
+        return left
 
     def _put_back(self) -> None:
         if not self._inflight_spooled:

@@ -14,6 +14,10 @@ create-only by record id: written twice, it is one record). Nothing is dropped s
   the engine takes writes again. Only a full or unwritable spool makes the sink "down". The spool belongs to one
   cluster (its folder is keyed by the records' cluster and prefix) and drains only lines this service signed
   (lines.py): what others put in its folder is refused, counted and logged, never written;
+- with the spool, the index sink's journal (spool.Journal): `keep` appends each record's signed line to this
+  process's journal file before the answer goes out (one write(2), no fsync), so a process killed (SIGKILL) loses
+  none of the records it queued: a drain takes its journal files once it is dead. A journal file goes once all its
+  records were taken or spooled. One that cannot be written is the sink failing ("refuse": the answer is refused);
 - only a record the engine rejects for its own content (access.rejected_for_content) is dropped, counted and
   logged; a block, a closed index, a permission or shard error is an outage (tried again, spooled or refused);
 - `close()` (the service's stop, SIGTERM included) writes what is queued before the process exits, and spools
@@ -40,7 +44,7 @@ from aiohttp import web
 from es_provider.audit import access
 from es_provider.audit.channel import Channel, Counted
 from es_provider.audit.sinks import FileSink, IndexSink, Sink
-from es_provider.audit.spool import Spool, leftovers, spool_folder
+from es_provider.audit.spool import Segment, Spool, leftovers, spool_folder
 from es_provider.config.audit import AccessLogSettings
 from es_provider.core.deadline import fixed_budget
 from es_provider.engine.client import Engine
@@ -94,13 +98,27 @@ class Recorder:
         if self.settings.on_sink_failure != "refuse":
             return False
         now = time.monotonic()
-        return any(channel.full() or channel.down(now) for channel in self.channels)
+        return any(channel.full() or channel.down(now) or channel.journal_failing for channel in self.channels)
 
-    def keep(self, record: dict[str, Any]) -> None:
-        """Queues the record on every sink; one whose queue is full drops it, counted and logged."""
-        for channel in self.channels:
+    def keep(self, record: dict[str, Any]) -> bool:
+        """Queues the record on every sink (the index sink's journal line written first, on the loop: a process
+        killed after the answer went out loses nothing); one whose queue is full drops it, counted and logged.
+        False (nothing queued): the journal could not be written and, in "refuse" mode, the record's answer
+        (status < 400) must not be given — the caller keeps the refusal's record instead. A journal that cannot be
+        written is counted (reason="journal_unwritten") and logged either way."""
+        segments: dict[int, Segment | None] = {}
+        for n, channel in enumerate(self.channels):
+            if channel.journal is None or channel.full():
+                continue
+            segment = channel.write_ahead(record)
+            if segment is None:
+                self._dropped("journal_unwritten", 1)
+                if self.settings.on_sink_failure == "refuse" and record.get("status", 500) < 400:
+                    return False
+            segments[n] = segment
+        for n, channel in enumerate(self.channels):
             if not channel.full():
-                channel.put(record)
+                channel.put(record, segments.get(n))
                 continue
             self._dropped("queue_full", 1)
             self._unlogged += 1
@@ -110,6 +128,7 @@ class Recorder:
                           "(%d records; latest dropped: %s)", self._unlogged, channel.sink.name, len(channel.queue),
                           record["id"])
                 self._unlogged, self._logged_at = 0, now
+        return True
 
     async def find(self, wanted: access.Wanted) -> list[dict[str, Any]]:
         """Matching records from the index sink if there is one, else from the files; newest first."""
@@ -145,10 +164,14 @@ class Recorder:
                 log.warning("access record: the %s sink's unwritten records are in the spool (%s) for the next start",
                             channel.sink.name, channel.spool.directory)
             channel.seal_spool()
-            if channel.queue:
-                self._dropped("stopped", len(channel.queue))
-                log.error("access record: %d records not written to the %s sink before the stop", len(channel.queue),
-                          channel.sink.name)
+            if (journaled := channel.close_journal()) and channel.journal is not None:
+                log.warning("access record: %d records not written to the %s sink before the stop are in its "
+                            "journal (%s) for the next start", journaled, channel.sink.name,
+                            channel.journal.spool.directory)
+            if len(channel.queue) > journaled:
+                self._dropped("stopped", len(channel.queue) - journaled)
+                log.error("access record: %d records not written to the %s sink before the stop",
+                          len(channel.queue) - journaled, channel.sink.name)
 
 
 RECORDER = web.AppKey("recorder", Recorder)

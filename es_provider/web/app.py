@@ -258,9 +258,19 @@ def kept(entry: access.Entry, response: web.StreamResponse, *, recorder: Recorde
         response[ERROR_CODE] = ErrorCode.UNAVAILABLE.value
     span_ids = tracing.ids()  # the request's own span, found from its record and back
     with tracing.step("access record"):
-        recorder.keep(access.record(entry, status=response.status, code=response.get(ERROR_CODE, ""),
-                                    moment=access.now_iso(), duration_ms=(time.monotonic() - started) * 1000,
-                                    worker=os.getpid(), span=span_ids))
+        if not recorder.keep(access.record(entry, status=response.status, code=response.get(ERROR_CODE, ""),
+                                           moment=access.now_iso(), duration_ms=(time.monotonic() - started) * 1000,
+                                           worker=os.getpid(), span=span_ids)):
+            # "refuse" mode, the journal unwritable: the answer is not given; the refusal's record is kept
+            metrics.access_refused.inc()
+            log.warning("refused %s: %s 503 (its access record cannot be kept: the journal cannot be written)",
+                        entry.route, ErrorCode.UNAVAILABLE.value)
+            entry.served = ()
+            response = protocol.render_error(KnowledgeError(ErrorCode.UNAVAILABLE))
+            response[ERROR_CODE] = ErrorCode.UNAVAILABLE.value
+            recorder.keep(access.record(entry, status=response.status, code=ErrorCode.UNAVAILABLE.value,
+                                        moment=access.now_iso(), duration_ms=(time.monotonic() - started) * 1000,
+                                        worker=os.getpid(), span=span_ids))
     response.headers["X-Access-Record"] = entry.id
     return response
 

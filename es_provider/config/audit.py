@@ -52,7 +52,8 @@ class AccessLogSettings(ConfigModel):
     """The "index" sink's durable spool: records the engine has not taken after max_delay_s / 2 (a node lost, the
     day's index write-blocked or closed, our user refused) are appended to local JSON Lines files (fsync'd) instead
     of waiting in memory, and written to the engine when it takes writes again; answers are refused only when the
-    spool is full or cannot be written. Off: past max_delay_s answers are refused (on_sink_failure = "refuse")."""
+    spool is full or cannot be written. With it, the journal (docs/access.md): a kill -9 loses no queued record.
+    Off: past max_delay_s answers are refused (on_sink_failure = "refuse"); no journal either."""
     spool_dir: str | None = None
     """Where the spool's files are (a subfolder per cluster and `index` prefix, with the key that signs its lines;
     the workers of one host share it). Unset:

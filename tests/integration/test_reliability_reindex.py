@@ -88,8 +88,9 @@ async def test_reindex_under_writes_loses_and_resurrects_nothing(engine, kb, ope
         "secret_ref": "TEST_CALLBACK_KEY", "apps": ["app-1"]}])
     plan_path, log_path = tmp_path / "plan.json", tmp_path / "writes.jsonl"
     plan_path.write_text(json.dumps({"kb": kb.model_dump(), "url": opensearch.url, "wait_s": 300, "ops": ops}))
+    # Its own subject: the reader loop names no end user (a key without one would be refused, docs/protocols.md §4).
     client = await client_for(kb, api_keys=[{"key_ref": "TEST_API_KEY", "app": "app-1", "tenants": ["team-a"],
-                                             "subjects": ["*"], "knowledge": [kb.id]}])
+                                             "subject": "svc-reader", "subjects": ["*"], "knowledge": [kb.id]}])
 
     queries = {"ok": 0, "failed": 0}
     done = asyncio.Event()
@@ -166,8 +167,9 @@ async def test_a_reindex_killed_half_way_is_finished_by_a_rerun(engine, kb, open
     config = write_config(tmp_path / "config.toml", opensearch.url, [{
         "id": kb.id, "name": kb.name, "versions": ["1.0.0"], "alias": kb.alias, "top_k": 10,
         "secret_ref": "TEST_CALLBACK_KEY", "apps": ["app-1"]}])
+    # Its own subject: the reader loop names no end user (a key without one would be refused, docs/protocols.md §4).
     client = await client_for(kb, api_keys=[{"key_ref": "TEST_API_KEY", "app": "app-1", "tenants": ["team-a"],
-                                             "subjects": ["*"], "knowledge": [kb.id]}])
+                                             "subject": "svc-reader", "subjects": ["*"], "knowledge": [kb.id]}])
     killed = cli(opensearch.url, "kb", "reindex", "--config", str(config), "--kb", kb.id)
     for _ in range(200):  # kill it once the copy has started (the new index exists)
         if len(await engine.list_indices(f"{kb.alias}-v*")) > 1:

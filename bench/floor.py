@@ -27,11 +27,12 @@ import httptools
 import orjson
 
 from bench.common import cpu_seconds, free_port, wait_until_answering
+from es_provider.engine.connection import parse_nodes
 from es_provider.engine.http1 import Pool
 
 
 async def serve(kind: str, port: int, engine: str, index: str, bodies: list[bytes]) -> None:
-    pool = Pool(engine)
+    pool = Pool(parse_nodes(engine)[0])  # the pool takes a node since connections became a model
     path = f"/{index}/_search"
     cycle = itertools.cycle(bodies)
 

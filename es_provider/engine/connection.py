@@ -16,28 +16,22 @@ import logging
 import os
 import socket
 import ssl
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from es_provider.config.cluster import OpenSearchSettings
-from es_provider.config.secrets import SecretFileError, read_secret_file
 from es_provider.config.settings import ConfigError
 from es_provider.core.errors import ErrorCode, KnowledgeError
 from es_provider.engine.aws import standard_credentials
 from es_provider.engine.credentials import (
-    READ_TRIES,
-    RECHECK_S,
     Authorizer,
     HeaderAuth,
     RotatingSecrets,
-    Stamp,
     api_key_auth,
     basic_auth,
     credential_used,
-    file_stamps,
 )
 from es_provider.engine.sigv4 import SigV4
 
@@ -108,79 +102,36 @@ class ClientCertificate:
     """[opensearch] client_cert_file + client_key_file, loaded again into the connection's one TLS context (both
     clients open their connections from it) when either file changes: new connections present the new certificate,
     open ones keep the one they were made with (OpenSSL copies a context's certificate into each connection). The
-    loop only looks (a stat a file, once a second, before a call); the files are read in a thread (bounded, regular
-    files, neither changed while read: one consistent pair, as Kubernetes swaps a Secret's files at once), checked
-    as a pair on a context of their own there, and only then loaded, from the same bytes. A pair that cannot be
-    taken leaves the last one in use, the reason logged once."""
+    files are watched and read as one consistent pair by RotatingSecrets (a stat once a second on the loop, the
+    read in a thread, bounded, as Kubernetes swaps a Secret's files at once); a new pair is checked on a context of
+    its own and only then loaded, from the same bytes. A pair that cannot be taken leaves the last one in use, the
+    reason logged once."""
 
-    def __init__(self, context: ssl.SSLContext, cert_file: str, key_file: str, stamp: tuple[Stamp, ...], *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, context: ssl.SSLContext, files: RotatingSecrets, paths: tuple[Path, Path]) -> None:
         self._context = context
-        self._paths = (Path(cert_file), Path(key_file))
-        self._stamp = stamp
-        self._clock = clock
-        self._checked = clock()
-        self._reading = False
-        self._refused: str | None = None
+        self._files = files
+        self._paths = paths
+        self._seen = files.values()
+        cert, key = self._seen
+        _load_pair(context, cert, key, paths)  # the context holds the very pair the files are watched from
 
     def __repr__(self) -> str:
         return f"ClientCertificate({self._paths[0]})"
 
     def poll(self) -> None:
-        """On the loop: looks at the files (once a second at most) and starts a re-read when one changed."""
-        if self._reading or self._clock() - self._checked < RECHECK_S:
+        """On the loop, before a call: a pair read anew (RotatingSecrets) goes into the live context."""
+        pair = self._files.values()
+        if pair is self._seen:
             return
-        self._checked = self._clock()
-        stamp = file_stamps(self._paths)
-        if stamp != self._stamp:
-            self._reading = True
-            asyncio.get_running_loop().run_in_executor(None, self._read, stamp).add_done_callback(self._read_done)
-
-    def _read(self, stamp: tuple[Stamp, ...]) -> tuple[tuple[Stamp, ...], str, str] | None:
-        """In a thread: the pair, read and checked, or None (the reason logged once)."""
-        why = f"changed {READ_TRIES} times while being read"
-        for _ in range(READ_TRIES):
-            try:
-                cert, key = (read_secret_file(str(path)) for path in self._paths)
-            except OSError as exc:  # SecretFileError says why; another (EIO) only its kind, never a path
-                why = str(exc) if isinstance(exc, SecretFileError) else f"cannot be read ({type(exc).__name__})"
-                break
-            after = file_stamps(self._paths)
-            if after != stamp:
-                stamp = after
-                continue
-            try:
-                _load_pair(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), cert, key, self._paths)
-            except (OSError, ssl.SSLError) as exc:
-                why = f"cannot be loaded as a pair ({_reason(exc)})"
-                break
-            self._refused = None
-            return stamp, cert, key
-        if why != self._refused:
-            log.warning("engine client certificate: client_cert_file / client_key_file %s; the last pair stays in "
-                        "use", why)
-        self._refused = why
-        return None
-
-    def _read_done(self, future: asyncio.Future[tuple[tuple[Stamp, ...], str, str] | None]) -> None:
-        """On the loop (no connection is being made meanwhile): the checked pair into the live context."""
-        self._reading = False
-        if future.cancelled():
-            return
-        if future.exception() is not None:
-            log.warning("engine client certificate: the re-read failed (%s); the last pair stays in use",
-                        type(future.exception()).__name__)
-            return
-        taken = future.result()
-        if taken is None:
-            return
-        stamp, cert, key = taken
+        self._seen = pair
+        cert, key = pair
         try:
+            _load_pair(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), cert, key, self._paths)  # checked apart first
             _load_pair(self._context, cert, key, self._paths)
-        except (OSError, ssl.SSLError) as exc:  # checked a moment ago: only memory could fail it
-            log.warning("engine client certificate: cannot be loaded (%s); the last pair stays in use", _reason(exc))
+        except (OSError, ssl.SSLError) as exc:
+            log.warning("engine client certificate: client_cert_file / client_key_file cannot be loaded as a pair "
+                        "(%s); the last pair stays in use", _reason(exc))
             return
-        self._stamp = stamp
         log.info("engine client certificate: client_cert_file changed; new connections present the certificate "
                  "with SHA-256 %s, open ones keep theirs", _fingerprint(cert))
 
@@ -343,13 +294,12 @@ def _pin(context: ssl.SSLContext, node: Node, fingerprint: str, timeout_s: float
 
 def from_settings(settings: OpenSearchSettings, environ: Mapping[str, str]) -> Connection:
     """The connection [opensearch] (or [access_log.engine]) describes, its secrets read from `environ`."""
-    pair = (settings.client_cert_file, settings.client_key_file)
-    # Looked at before the load: a change while loading is seen at the first call.
-    stamp = file_stamps((Path(pair[0]), Path(pair[1]))) if pair[0] is not None and pair[1] is not None else None
-    tls = _tls_context(settings)
+    tls = _tls_context(settings)  # refuses files that cannot be loaded, naming the keys
     certificate = None
-    if tls is not None and stamp is not None and pair[0] is not None and pair[1] is not None:
-        certificate = ClientCertificate(tls, pair[0], pair[1], stamp)
+    if tls is not None and settings.client_cert_file is not None and settings.client_key_file is not None:
+        files = RotatingSecrets(("client_cert", "client_key"), {"client_cert_FILE": settings.client_cert_file,
+                                                                "client_key_FILE": settings.client_key_file})
+        certificate = ClientCertificate(tls, files, (Path(settings.client_cert_file), Path(settings.client_key_file)))
     return Connection(parse_nodes(settings.url), tls=tls, auth=_authorizer(settings, environ),
                       fingerprint=settings.ca_fingerprint, timeout_s=settings.timeout_s,
                       client_cert=settings.client_cert_file is not None, certificate=certificate)

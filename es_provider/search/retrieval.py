@@ -309,10 +309,9 @@ class Retriever:
         self._embedders = dict(embedders or {})
         self._mapped: TtlCache[str, set[str]] = TtlCache(mapping_ttl_s)
         self._layouts: TtlCache[str, list[str]] = TtlCache(mapping_ttl_s)  # an existing index's problems, by alias
-        # Only hits of indices whose mapping was checked behind their alias are served (Hardening IV): the last
-        # check's result per alias (when the next is due), and each index checked with the time its check stands
-        # until, so an index a reindex just swapped out still answers the search that ran before the swap.
-        self._checked: TtlCache[str, frozenset[str]] = TtlCache(mapping_ttl_s)
+        # Only hits of indices whose mapping was checked behind their alias are served (Hardening IV): each index
+        # checked with the time its check stands until, so an index a reindex just swapped out still answers the
+        # search that ran before the swap (the next check is due when `_layouts`, put by the same check, expires).
         self._trusted: dict[str, dict[str, float]] = {}
         self._ttl_s = mapping_ttl_s
         self._checking: dict[str, tuple[float, asyncio.Future[tuple[frozenset[str], list[str]]]]] = {}
@@ -355,7 +354,6 @@ class Retriever:
         trusted.update(dict.fromkeys(served, now + self._ttl_s))
         self._trusted[kb.alias] = trusted
         self._layouts.put(kb.alias, found)
-        self._checked.put(kb.alias, served)
         if self.unchecked.pop(kb.alias, None):
             log.info("knowledge base %s: the indices behind its alias are checked again: %s", kb.id,
                      ", ".join(sorted(served)) or "none served")
@@ -386,7 +384,7 @@ class Retriever:
         answered = time.monotonic()
         served: set[str] = set()
         for kb in knowledge:
-            if self._checked.get(kb.alias) is None:  # due
+            if self._layouts.get(kb.alias) is None:  # the last check expired: due
                 await self._check_since(kb, 0.0, budget)
             served |= self._trusted_now(kb.alias)
         if seen <= served:

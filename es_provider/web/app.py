@@ -245,32 +245,35 @@ def error_middleware(protocols: tuple[Protocol, ...], metrics: Metrics, query_ke
     return middleware
 
 
+def _refused(entry: access.Entry, protocol: Protocol, metrics: Metrics, why: str) -> web.StreamResponse:
+    """The protocol's 503 instead of an answer whose access record cannot be kept."""
+    metrics.access_refused.inc()
+    log.warning("refused %s: %s 503 (its access record cannot be kept: %s)", entry.route, ErrorCode.UNAVAILABLE.value,
+                why)
+    entry.served = ()
+    response = protocol.render_error(KnowledgeError(ErrorCode.UNAVAILABLE))
+    response[ERROR_CODE] = ErrorCode.UNAVAILABLE.value
+    return response
+
+
 def kept(entry: access.Entry, response: web.StreamResponse, *, recorder: Recorder, protocol: Protocol,
          metrics: Metrics, started: float) -> web.StreamResponse:
     """The response, with its access record queued; in "refuse" mode an answer whose record cannot be kept
     becomes the protocol's 503."""
     if response.status < 400 and recorder.refusing():
-        metrics.access_refused.inc()
-        log.warning("refused %s: %s 503 (its access record cannot be kept: a sink is down or full)",
-                    entry.route, ErrorCode.UNAVAILABLE.value)
-        entry.served = ()
-        response = protocol.render_error(KnowledgeError(ErrorCode.UNAVAILABLE))
-        response[ERROR_CODE] = ErrorCode.UNAVAILABLE.value
+        response = _refused(entry, protocol, metrics, "a sink is down or full")
     span_ids = tracing.ids()  # the request's own span, found from its record and back
-    with tracing.step("access record"):
-        if not recorder.keep(access.record(entry, status=response.status, code=response.get(ERROR_CODE, ""),
+
+    def keep(response: web.StreamResponse) -> bool:
+        return recorder.keep(access.record(entry, status=response.status, code=response.get(ERROR_CODE, ""),
                                            moment=access.now_iso(), duration_ms=(time.monotonic() - started) * 1000,
-                                           worker=os.getpid(), span=span_ids)):
+                                           worker=os.getpid(), span=span_ids))
+
+    with tracing.step("access record"):
+        if not keep(response):
             # "refuse" mode, the journal unwritable: the answer is not given; the refusal's record is kept
-            metrics.access_refused.inc()
-            log.warning("refused %s: %s 503 (its access record cannot be kept: the journal cannot be written)",
-                        entry.route, ErrorCode.UNAVAILABLE.value)
-            entry.served = ()
-            response = protocol.render_error(KnowledgeError(ErrorCode.UNAVAILABLE))
-            response[ERROR_CODE] = ErrorCode.UNAVAILABLE.value
-            recorder.keep(access.record(entry, status=response.status, code=ErrorCode.UNAVAILABLE.value,
-                                        moment=access.now_iso(), duration_ms=(time.monotonic() - started) * 1000,
-                                        worker=os.getpid(), span=span_ids))
+            response = _refused(entry, protocol, metrics, "the journal cannot be written")
+            keep(response)
     response.headers["X-Access-Record"] = entry.id
     return response
 

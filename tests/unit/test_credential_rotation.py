@@ -27,7 +27,6 @@ from helpers.projected_secret import ProjectedSecret
 from es_provider.config.cluster import OpenSearchSettings
 from es_provider.config.secrets import read_secret_file
 from es_provider.core.errors import KnowledgeError
-from es_provider.engine import connection as connection_module
 from es_provider.engine import credentials
 from es_provider.engine.base import EngineBase
 from es_provider.engine.connection import from_settings
@@ -79,7 +78,6 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
     """The files looked at every 50 ms (1 s in service) and a refused new credential tried again after 0.5 s (5 s),
     so each case takes a second or two."""
     monkeypatch.setattr(credentials, "RECHECK_S", 0.05)
-    monkeypatch.setattr(connection_module, "RECHECK_S", 0.05)
     monkeypatch.setattr(credentials, "RETRY_S", 0.5)
 
 

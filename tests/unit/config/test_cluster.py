@@ -1,12 +1,8 @@
-"""[opensearch]'s connection keys (config/cluster.py) and the connection built from them (engine/connection.py,
-engine/credentials.py): inconsistent combinations stop the start naming the keys, no error echoes a secret, a path
-prefix and the default ports are kept as a client sends them, and a secret file is re-read when it changes."""
+"""[opensearch]'s connection keys (config/cluster.py): inconsistent combinations stop the start naming the keys, and
+no error echoes a secret. The connection built from them: engine/test_connection.py, engine/test_credentials.py."""
 
 from __future__ import annotations
 
-import base64
-import os
-import ssl
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +10,6 @@ import pytest
 
 from es_provider.config.cluster import OpenSearchSettings
 from es_provider.config.settings import ConfigError, parse_settings
-from es_provider.engine.connection import Node, from_settings, parse_nodes
-from es_provider.engine.credentials import RotatingSecret, api_key_auth, basic_auth
 
 
 @pytest.mark.parametrize(("keys", "message"), [
@@ -78,109 +72,11 @@ def test_the_url_may_come_from_a_file(tmp_path: Path) -> None:
         parse_settings("", {"OPENSEARCH_URL_FILE": str(tmp_path / "missing")})
 
 
-@pytest.mark.parametrize(("url", "nodes"), [
-    ("http://127.0.0.1:9200", [Node("http", "127.0.0.1", 9200, "")]),
-    ("https://es.corp", [Node("https", "es.corp", 443, "")]),
-    ("https://gw.corp/search-engine/", [Node("https", "gw.corp", 443, "/search-engine")]),
-    ("https://a:9200/p, https://b:9201/p", [Node("https", "a", 9200, "/p"), Node("https", "b", 9201, "/p")]),
-    ("localhost:9200", [Node("http", "localhost", 9200, "")]),
+@pytest.mark.parametrize(("keys", "message"), [
+    ({"username": "svc", "username_ref": "U", "password_ref": "P"}, "username and username_ref are two ways"),
+    ({"username_ref": "U"}, "username and password_ref go together"),
+    ({"username_ref": "U", "password_ref": "P", "api_key_ref": "K"}, "choose one way to authenticate"),
 ])
-def test_nodes_keep_their_prefix(url: str, nodes: list[Node]) -> None:
-    assert parse_nodes(url) == nodes
-
-
-@pytest.mark.parametrize(("node", "netloc", "base"), [
-    (Node("https", "es.corp", 443, ""), "es.corp", "https://es.corp"),
-    (Node("https", "es.corp", 9200, "/gw"), "es.corp:9200", "https://es.corp:9200/gw"),
-    (Node("http", "::1", 80, ""), "[::1]", "http://[::1]"),
-])
-def test_the_host_is_written_as_a_client_sends_it(node: Node, netloc: str, base: str) -> None:
-    assert (node.netloc, node.base) == (netloc, base)
-
-
-def test_basic_and_api_key_headers() -> None:
-    basic = basic_auth("svc", RotatingSecret("PW", {"PW": "p@ss:w0rd"}))
-    assert basic("GET", "https://x/", None) == {
-        "authorization": "Basic " + base64.b64encode(b"svc:p@ss:w0rd").decode()}
-    assert api_key_auth(RotatingSecret("K", {"K": "id1:key1"}))("GET", "u", None) == {
-        "authorization": "ApiKey " + base64.b64encode(b"id1:key1").decode()}
-    assert api_key_auth(RotatingSecret("K", {"K": "aWQxOmtleTE="}))("GET", "u", None) == {
-        "authorization": "ApiKey aWQxOmtleTE="}
-    assert "p@ss" not in repr(basic) and "w0rd" not in repr(basic)
-
-
-def test_a_secret_file_is_re_read_when_it_changes(tmp_path: Path) -> None:
-    now = [0.0]
-    path = tmp_path / "pw"
-    path.write_text("old\n")
-    secret = RotatingSecret("PW", {"PW_FILE": str(path)}, clock=lambda: now[0])
-    assert secret.value() == "old"
-    replacement = tmp_path / "pw.new"
-    replacement.write_text("new-one\n")
-    os.replace(replacement, path)  # as a Kubernetes secret rotation swaps the file
-    assert secret.value() == "old"  # looked at once a second at most
-    now[0] = 1.5
-    assert secret.value() == "new-one"
-    path.unlink()  # a moment without the file keeps the last value
-    now[0] = 3.0
-    assert secret.value() == "new-one"
-
-
-def test_a_missing_secret_stops_the_start_naming_its_variable(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="environment variable PW "):
-        from_settings(OpenSearchSettings(url="https://es.corp", username="svc", password_ref="PW"), {})
-    with pytest.raises(ConfigError, match="PW_FILE cannot be read"):
-        from_settings(OpenSearchSettings(url="https://es.corp", username="svc", password_ref="PW"),
-                      {"PW_FILE": str(tmp_path / "none")})
-
-
-def test_tls_settings_become_one_context(tmp_path: Path) -> None:
-    assert from_settings(OpenSearchSettings(url="http://es.corp"), {}).tls is None
-    system = from_settings(OpenSearchSettings(url="https://es.corp"), {}).tls
-    assert system is not None and system.verify_mode == ssl.CERT_REQUIRED and system.check_hostname
-    off = from_settings(OpenSearchSettings(url="https://es.corp", insecure=True), {}).tls
-    assert off is not None and off.verify_mode == ssl.CERT_NONE
-    with pytest.raises(ConfigError, match=r"opensearch\.ca_file: cannot load"):
-        from_settings(OpenSearchSettings(url="https://es.corp", ca_file=str(tmp_path / "none.pem")), {})
-    (tmp_path / "bad.pem").write_text("not a certificate")
-    with pytest.raises(ConfigError, match="client_cert_file / client_key_file"):
-        from_settings(OpenSearchSettings(url="https://es.corp", client_cert_file=str(tmp_path / "bad.pem"),
-                                         client_key_file=str(tmp_path / "bad.pem")), {})
-
-
-def test_aws_builds_a_sigv4_connection_described_without_secrets() -> None:
-    from es_provider.engine.sigv4 import SigV4
-
-    connection = from_settings(OpenSearchSettings.model_validate(
-        {"url": "https://search-kb.eu-west-1.es.amazonaws.com", "aws": {"region": "eu-west-1"}}), {})
-    assert isinstance(connection.auth, SigV4) and (connection.auth.region, connection.auth.service) == (
-        "eu-west-1", "es")
-    assert connection.describe() == "https://search-kb.eu-west-1.es.amazonaws.com (SigV4 es eu-west-1, TLS)"
-
-
-def test_aws_without_botocore_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    import builtins
-
-    real = builtins.__import__
-
-    def no_botocore(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name.startswith("botocore"):
-            raise ImportError(name)
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_botocore)
-    with pytest.raises(ConfigError, match=r"pip install es-provider\[aws\]"):
-        from_settings(OpenSearchSettings.model_validate(
-            {"url": "https://x.aoss.amazonaws.com", "aws": {"region": "us-east-1", "service": "aoss"}}), {})
-
-
-@pytest.mark.parametrize(("aws", "refused"), [(None, False), ({"region": "eu-west-1"}, False),
-                                              ({"region": "eu-west-1", "service": "aoss"}, True)])
-def test_writes_are_refused_up_front_on_serverless(aws: dict[str, str] | None, refused: bool) -> None:
-    from es_provider.cli.common import serverless_refusal
-
-    opensearch = {"url": "https://x.eu-west-1.aoss.amazonaws.com"} | ({"aws": aws} if aws else {})
-    settings = parse_settings("[opensearch]\n" + "\n".join(f"{k} = {_toml(v)}" for k, v in opensearch.items()), {})
-    why = serverless_refusal(settings, "ingest")
-    assert (why is not None) == refused
-    assert why is None or why.startswith("ingest cannot run on OpenSearch Serverless")
+def test_username_ref_goes_with_password_ref_alone(keys: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        OpenSearchSettings.model_validate({"url": "https://es.corp", **keys})

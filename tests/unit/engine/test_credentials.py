@@ -30,7 +30,13 @@ from es_provider.core.errors import KnowledgeError
 from es_provider.engine import credentials
 from es_provider.engine.base import EngineBase
 from es_provider.engine.connection import from_settings
-from es_provider.engine.credentials import RotatingSecrets, basic_auth, credential_used
+from es_provider.engine.credentials import (
+    RotatingSecret,
+    RotatingSecrets,
+    api_key_auth,
+    basic_auth,
+    credential_used,
+)
 
 
 def basic(user: str, password: str) -> str:
@@ -135,17 +141,7 @@ def engine_for(stand: Stand, environ: dict[str, str], **keys: Any) -> EngineBase
     return EngineBase(connection, timeout_s=5)
 
 
-# The settings
-
-
-@pytest.mark.parametrize(("keys", "message"), [
-    ({"username": "svc", "username_ref": "U", "password_ref": "P"}, "username and username_ref are two ways"),
-    ({"username_ref": "U"}, "username and password_ref go together"),
-    ({"username_ref": "U", "password_ref": "P", "api_key_ref": "K"}, "choose one way to authenticate"),
-])
-def test_username_ref_goes_with_password_ref_alone(keys: dict[str, str], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        OpenSearchSettings.model_validate({"url": "https://es.corp", **keys})
+# A user named by a secret
 
 
 def test_username_ref_reads_the_user_from_a_secret(tmp_path: Path) -> None:
@@ -156,6 +152,37 @@ def test_username_ref_reads_the_user_from_a_secret(tmp_path: Path) -> None:
     assert connection.auth("GET", "https://es.corp/", None) == {"authorization": basic("svc_a", "pw-a")}
     assert connection.describe() == "https://es.corp (U, P, TLS)"
     assert "pw-a" not in repr(connection.auth)
+
+
+# One secret: the headers it makes, a file re-read when it changes
+
+
+def test_basic_and_api_key_headers() -> None:
+    basic = basic_auth("svc", RotatingSecret("PW", {"PW": "p@ss:w0rd"}))
+    assert basic("GET", "https://x/", None) == {
+        "authorization": "Basic " + base64.b64encode(b"svc:p@ss:w0rd").decode()}
+    assert api_key_auth(RotatingSecret("K", {"K": "id1:key1"}))("GET", "u", None) == {
+        "authorization": "ApiKey " + base64.b64encode(b"id1:key1").decode()}
+    assert api_key_auth(RotatingSecret("K", {"K": "aWQxOmtleTE="}))("GET", "u", None) == {
+        "authorization": "ApiKey aWQxOmtleTE="}
+    assert "p@ss" not in repr(basic) and "w0rd" not in repr(basic)
+
+
+def test_a_secret_file_is_re_read_when_it_changes(tmp_path: Path) -> None:
+    now = [0.0]
+    path = tmp_path / "pw"
+    path.write_text("old\n")
+    secret = RotatingSecret("PW", {"PW_FILE": str(path)}, clock=lambda: now[0])
+    assert secret.value() == "old"
+    replacement = tmp_path / "pw.new"
+    replacement.write_text("new-one\n")
+    os.replace(replacement, path)  # as a Kubernetes secret rotation swaps the file
+    assert secret.value() == "old"  # looked at once a second at most
+    now[0] = 1.5
+    assert secret.value() == "new-one"
+    path.unlink()  # a moment without the file keeps the last value
+    now[0] = 3.0
+    assert secret.value() == "new-one"
 
 
 # Reading a pair

@@ -300,19 +300,3 @@ def test_the_serve_duty_has_what_the_serving_process_does_on_its_cluster(
     assert len({p.key for p in listed}) == len(listed)  # each privilege once
 
 
-@pytest.mark.parametrize(("finding", "row", "note"), [
-    (Finding(SEARCH_K, "kb-docs", Status.HELD), ["indices:data/read/search", "kb-docs", "held"], None),
-    (Finding(BULK_R, "r", Status.MISSING, "refused"),
-     ["indices:data/write/bulk", "r", "missing", "indices:data/write/bulk", "(cluster", "permission)"], "refused"),
-    (Finding(INDEX_R, "r", Status.UNCHECKED, "r is not there yet"), ["indices:data/write/index", "r", "unchecked"],
-     "r is not there yet"),
-    (Finding(SEARCH_K, "kb-docs", Status.MISSING, "no read privilege", elastic=True),
-     ["read", "(indices:data/read/search)", "kb-docs", "missing", "read", "(index", "privilege)"],
-     "no read privilege"),
-])
-def test_the_check_table(finding: Finding, row: list[str], note: str | None) -> None:
-    from es_provider.cli.check import table
-
-    lines = table([finding], finding.elastic).splitlines()
-    assert lines[1].split() == row
-    assert (note is None) == (len(lines) == 2) and (note is None or note in lines[2])

@@ -64,7 +64,8 @@ ENTRY = ("es_provider/cli/__init__.py", "es_provider/cli/serve.py", "es_provider
 STARTUP = ("_find_and_load", "load_settings", "create_app", "parse_settings")  # imports and setup, before any request
 WAITING = "waiting (epoll)"
 # The access record's writers: what es_provider/recorder.py held, now in es_provider/audit/.
-RECORDER = tuple(f"es_provider/audit/{name}.py" for name in ("recorder", "channel", "sinks", "spool"))
+RECORDER = tuple(f"es_provider/audit/{name}.py"
+                 for name in ("recorder", "channel", "sinks", "spool", "journal", "lines", "spool_key"))
 # The kernel's send of the answer: it wakes the load generator, which may take the core there, so its samples are
 # partly the service waiting for a core (an upper bound on its CPU).
 SEND = "aiohttp: the answer's socket send (kernel; partly waiting for a core)"

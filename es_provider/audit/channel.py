@@ -21,8 +21,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from es_provider.audit.journal import Journal, Segment
+from es_provider.audit.lines import Refusal
 from es_provider.audit.sinks import Sink
-from es_provider.audit.spool import Claimed, Journal, Refusal, Segment, SetAside, Spool, SpoolFull
+from es_provider.audit.spool import Claimed, SetAside, Spool, SpoolFull
 from es_provider.config.audit import AccessLogSettings
 from es_provider.core.errors import KnowledgeError
 
@@ -81,7 +83,7 @@ class Channel:
         self._spooled = spooled or (lambda _sink, _n: None)
         self._drained = drained or (lambda _sink, _n: None)
         self.spool = spool
-        self.journal = Journal(spool) if spool is not None else None  # the queue's write-ahead copy (spool.py)
+        self.journal = Journal(spool) if spool is not None else None  # the queue's write-ahead copy (journal.py)
         self._journaled: dict[int, Segment] = {}  # id(record) -> the journal segment holding it, until taken
         self.journal_failing = False  # the last journal write failed
         self.queue: deque[tuple[float, dict[str, Any]]] = deque()  # (when queued, record), oldest first

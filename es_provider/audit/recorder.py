@@ -14,7 +14,7 @@ create-only by record id: written twice, it is one record). Nothing is dropped s
   the engine takes writes again. Only a full or unwritable spool makes the sink "down". The spool belongs to one
   cluster (its folder is keyed by the records' cluster and prefix) and drains only lines this service signed
   (lines.py): what others put in its folder is refused, counted and logged, never written;
-- with the spool, the index sink's journal (spool.Journal): `keep` appends each record's signed line to this
+- with the spool, the index sink's journal (journal.Journal): `keep` appends each record's signed line to this
   process's journal file before the answer goes out (one write(2), no fsync), so a process killed (SIGKILL) loses
   none of the records it queued: a drain takes its journal files once it is dead. A journal file goes once all its
   records were taken or spooled. One that cannot be written is the sink failing ("refuse": the answer is refused);
@@ -25,8 +25,9 @@ create-only by record id: written twice, it is one record). Nothing is dropped s
 - `stuck()`: why the record is not kept as it should be although answers are not refused (a writer that ended, a
   spool drain stuck or unreadable), for readiness.
 
-sinks.py holds where records go, spool.py the index sink's spool, channel.py one sink's queue and writer; here the
-Recorder over them, and the way back to what the sinks hold.
+sinks.py holds where records go, spool.py the index sink's spool (its lines in lines.py, its key in spool_key.py,
+its journal in journal.py), channel.py one sink's queue and writer; here the Recorder over them, and the way back
+to what the sinks hold.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ from aiohttp import web
 
 from es_provider.audit import access
 from es_provider.audit.channel import Channel, Counted
+from es_provider.audit.journal import Segment
 from es_provider.audit.sinks import FileSink, IndexSink, Sink
-from es_provider.audit.spool import Segment, Spool, leftovers, spool_folder
+from es_provider.audit.spool import Spool, leftovers, spool_folder
 from es_provider.config.audit import AccessLogSettings
 from es_provider.core.deadline import fixed_budget
 from es_provider.engine.client import Engine

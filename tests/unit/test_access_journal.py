@@ -1,4 +1,4 @@
-"""The index sink's write-ahead journal (audit/spool.py Journal, channel.py, recorder.py): which journal files are
+"""The index sink's write-ahead journal (audit/journal.py, channel.py, recorder.py): which journal files are
 kept and which deleted as records are taken (table-driven), that a drain skips a live process's journal and takes
 a dead one's, and that a journal that cannot be written is the sink failing (refused, or counted)."""
 
@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from test_access_spool import FlakySink, folder, record, recorder, settings, until
 
-from es_provider.audit.spool import Journal, Segment, Spool, open_lines
+from es_provider.audit.journal import Journal, Segment
+from es_provider.audit.lines import open_lines
+from es_provider.audit.spool import Spool
 
 # rotate_lines, rotate_s, records appended (0..n-1), taken (by index, in this order), closed, files left, lines in
 # them, records the stop left in them

@@ -17,9 +17,10 @@ import orjson
 import pytest
 
 from es_provider.audit import access
+from es_provider.audit.lines import Refusal, sign
 from es_provider.audit.recorder import Recorder
 from es_provider.audit.sinks import IndexSink
-from es_provider.audit.spool import Refusal, Spool, SpoolFull, sign, spool_folder
+from es_provider.audit.spool import Spool, SpoolFull, spool_folder
 from es_provider.config.audit import AccessLogSettings
 from es_provider.core.errors import ErrorCode, KnowledgeError
 

@@ -1,5 +1,5 @@
 """What the access record's spool refuses (issue 52, findings 4 and 5), without an engine: each kind of line
-(spool.open_line: unsigned, a MAC of another key or folder, altered, not JSON, of the wrong shape or type, out of the
+(lines.open_line: unsigned, a MAC of another key or folder, altered, not JSON, of the wrong shape or type, out of the
 time window), each kind of entry (symlink, FIFO, socket, device, folder, too large: set aside unread), a folder that
 is a symlink, the host's key file (made once, 0600, shared by workers and restarts; refused when loose), and the
 writer, which outlives any record, says when its spool is stuck, and stops in bounded time even then."""
@@ -22,14 +22,16 @@ from typing import Any
 import orjson
 import pytest
 
-from es_provider.audit import access, channel, spool
+from es_provider.audit import access, channel, lines, spool, spool_key
+from es_provider.audit.lines import Refusal
 from es_provider.audit.recorder import Recorder
 from es_provider.audit.sinks import IndexSink, _storable
-from es_provider.audit.spool import Refusal, Spool, SpoolKeyError
+from es_provider.audit.spool import Spool
+from es_provider.audit.spool_key import SpoolKeyError
 from es_provider.config.audit import AccessLogSettings
 
 NOW = dt.datetime(2026, 12, 4, 12, 0, 0, tzinfo=dt.UTC)
-KEY = spool.line_key(b"k" * 32, "rec-0123456789abcdef")
+KEY = lines.line_key(b"k" * 32, "rec-0123456789abcdef")
 
 
 def at(moment: dt.datetime) -> str:
@@ -49,7 +51,7 @@ def rec(n: int = 1, moment: dt.datetime = NOW, **changes: Any) -> dict[str, Any]
 
 
 def signed_body(body: bytes, key: bytes = KEY) -> bytes:
-    return spool._mac(key, body) + b" " + body
+    return lines._mac(key, body) + b" " + body
 
 
 def signed(record: Any, key: bytes = KEY) -> bytes:
@@ -64,15 +66,15 @@ def without(name: str) -> dict[str, Any]:
 
 # name, the line (without its newline), what a drain makes of it (a Refusal, or None: the record itself)
 LINES: list[tuple[str, Callable[[], bytes], Refusal | None]] = [
-    ("genuine", lambda: spool.sign(KEY, rec())[:-1], None),
+    ("genuine", lambda: lines.sign(KEY, rec())[:-1], None),
     ("genuine-bare", lambda: signed({k: v for k, v in rec().items() if k not in (
         "run_id", "trace_id", "execution_id", "query_hmac", "otel_trace_id", "otel_span_id")}), None),
     ("unsigned", lambda: orjson.dumps(rec()), Refusal.FORGED),
     ("random-mac", lambda: os.urandom(32).hex().encode() + b" " + orjson.dumps(rec()), Refusal.FORGED),
     ("upper-case-mac", lambda: signed(rec()).upper()[:64] + signed(rec())[64:], Refusal.FORGED),
     ("no-space", lambda: signed(rec()).replace(b" ", b"", 1), Refusal.FORGED),
-    ("another-folder", lambda: signed(rec(), spool.line_key(b"k" * 32, "rec-fedcba9876543210")), Refusal.FORGED),
-    ("another-host-key", lambda: signed(rec(), spool.line_key(b"j" * 32, "rec-0123456789abcdef")), Refusal.FORGED),
+    ("another-folder", lambda: signed(rec(), lines.line_key(b"k" * 32, "rec-fedcba9876543210")), Refusal.FORGED),
+    ("another-host-key", lambda: signed(rec(), lines.line_key(b"j" * 32, "rec-0123456789abcdef")), Refusal.FORGED),
     ("altered-after-signing", lambda: signed(rec()).replace(b"u-alice", b"u-mallo"), Refusal.FORGED),
     ("mac-only", lambda: signed(rec())[:64], Refusal.FORGED),
     ("empty-mac-of-nothing", lambda: signed_body(b""), Refusal.INVALID),
@@ -104,7 +106,7 @@ LINES: list[tuple[str, Callable[[], bytes], Refusal | None]] = [
 @pytest.mark.parametrize(("make", "expected"), [pytest.param(make, expected, id=name) for name, make, expected in LINES])
 def test_each_kind_of_line(make: Callable[[], bytes], expected: Refusal | None) -> None:
     line = make()
-    opened = spool.open_line(KEY, line, NOW, retention_days=90)
+    opened = lines.open_line(KEY, line, NOW, retention_days=90)
     if expected is None:
         assert opened == orjson.loads(line[65:])
     else:
@@ -115,15 +117,15 @@ def test_the_retention_window_is_the_sweep_s() -> None:
     """The oldest day a drain writes is the oldest day the retention sweep keeps."""
     oldest = dt.date(2026, 9, 6)
     assert access.expired_indices(["p-2026.09.06", "p-2026.09.05"], "p", NOW.date(), 90) == ["p-2026.09.05"]
-    assert spool.in_window(at(dt.datetime.combine(oldest, dt.time(), dt.UTC)), NOW, 90)
-    assert not spool.in_window(at(dt.datetime.combine(oldest, dt.time(), dt.UTC) - dt.timedelta(seconds=1)), NOW, 90)
+    assert lines.in_window(at(dt.datetime.combine(oldest, dt.time(), dt.UTC)), NOW, 90)
+    assert not lines.in_window(at(dt.datetime.combine(oldest, dt.time(), dt.UTC) - dt.timedelta(seconds=1)), NOW, 90)
 
 
 def test_a_file_s_lines_counted_by_reason() -> None:
-    data = b"".join([spool.sign(KEY, rec(1)), b"\n", orjson.dumps(rec(2)) + b"\n", spool.sign(KEY, rec(3)),
+    data = b"".join([lines.sign(KEY, rec(1)), b"\n", orjson.dumps(rec(2)) + b"\n", lines.sign(KEY, rec(3)),
                      signed(rec(4, time=5)) + b"\n", signed(rec(5, moment=dt.datetime(2099, 1, 1, tzinfo=dt.UTC)))
-                     + b"\n", spool.sign(KEY, rec(6))[:-30]])
-    records, refused = spool.open_lines(KEY, data, NOW, 90)
+                     + b"\n", lines.sign(KEY, rec(6))[:-30]])
+    records, refused = lines.open_lines(KEY, data, NOW, 90)
     assert [r["id"] for r in records] == [rec(1)["id"], rec(3)["id"]]
     assert refused == {Refusal.FORGED: 1, Refusal.INVALID: 1, Refusal.OUT_OF_WINDOW: 1, Refusal.TORN: 1}
 
@@ -134,15 +136,15 @@ def test_every_record_the_service_makes_has_the_spooled_shape() -> None:
                          moment=access.now_iso(), duration_ms=0.1, worker=1)
     for made in (rec(), bare):
         at = dt.datetime.fromisoformat(made["time"].replace("Z", "+00:00"))  # judged at its own time: any day
-        assert spool.open_line(KEY, spool.sign(KEY, made)[:-1], at, 1) == made
+        assert lines.open_line(KEY, lines.sign(KEY, made)[:-1], at, 1) == made
 
 
 def test_the_cluster_identity() -> None:
-    one = spool.cluster_identity(["http://a:9200", "http://b:9200"], "rec")
-    assert one == spool.cluster_identity(["http://b:9200", "http://a:9200"], "rec")  # any order
-    assert one != spool.cluster_identity(["http://a:9200"], "rec")
-    assert one != spool.cluster_identity(["http://a:9200", "http://b:9200"], "rec2")
-    assert one != spool.cluster_identity(["https://a:9200", "http://b:9200"], "rec")
+    one = lines.cluster_identity(["http://a:9200", "http://b:9200"], "rec")
+    assert one == lines.cluster_identity(["http://b:9200", "http://a:9200"], "rec")  # any order
+    assert one != lines.cluster_identity(["http://a:9200"], "rec")
+    assert one != lines.cluster_identity(["http://a:9200", "http://b:9200"], "rec2")
+    assert one != lines.cluster_identity(["https://a:9200", "http://b:9200"], "rec")
     assert len(one) == 16 and int(one, 16) >= 0
 
 
@@ -205,7 +207,7 @@ def test_an_entry_that_is_not_a_regular_file_is_set_aside_unread(tmp_path: Path,
                                                                   why: str) -> None:
     store = folder_of(tmp_path)
     outside = tmp_path / "outside.jsonl"
-    planted = spool.sign(store.line_key(), rec(9, dt.datetime.now(dt.UTC)))  # signed, even
+    planted = lines.sign(store.line_key(), rec(9, dt.datetime.now(dt.UTC)))  # signed, even
     outside.write_bytes(planted)
     name = "spool-00000000000000000001-1-aa.jsonl"
     make(store.directory / name, outside)
@@ -246,11 +248,11 @@ def test_the_key_is_made_once_private_and_shared_by_workers_and_restarts(tmp_pat
     base = tmp_path / "spool"
     base.mkdir()
     with ThreadPoolExecutor(8) as pool:  # workers starting at once: one key
-        keys = set(pool.map(lambda _: spool.load_key(base), range(16)))
+        keys = set(pool.map(lambda _: spool_key.load_key(base), range(16)))
     assert len(keys) == 1
-    info = (base / spool.KEY_NAME).stat()
-    assert stat.S_IMODE(info.st_mode) == 0o600 and info.st_size == spool.KEY_BYTES
-    assert sorted(os.listdir(base)) == [spool.KEY_NAME]  # no temporary left
+    info = (base / spool_key.KEY_NAME).stat()
+    assert stat.S_IMODE(info.st_mode) == 0o600 and info.st_size == spool_key.KEY_BYTES
+    assert sorted(os.listdir(base)) == [spool_key.KEY_NAME]  # no temporary left
 
     first = Spool(base / "rec-0123456789abcdef", 1 << 20)
     first.append([rec(1, dt.datetime.now(dt.UTC))])
@@ -272,15 +274,15 @@ KEYS: list[tuple[str, Callable[[Path], None], str]] = [
 
 @pytest.mark.parametrize(("make", "why"), [pytest.param(make, why, id=name) for name, make, why in KEYS])
 def test_a_key_file_that_is_not_private_is_refused(tmp_path: Path, make: Callable[[Path], None], why: str) -> None:
-    make(tmp_path / spool.KEY_NAME)
+    make(tmp_path / spool_key.KEY_NAME)
     with pytest.raises(SpoolKeyError, match=why) as refused:
-        spool.load_key(tmp_path)
+        spool_key.load_key(tmp_path)
     assert "kkkk" not in str(refused.value)
 
 
 def test_lines_of_a_lost_key_are_refused_not_drained(tmp_path: Path) -> None:
     store = folder_of(tmp_path)
-    (store.directory.parent / spool.KEY_NAME).unlink()  # a new key is made: what the old one signed is not ours
+    (store.directory.parent / spool_key.KEY_NAME).unlink()  # a new key is made: what the old one signed is not ours
     claimed, _ = Spool(store.directory, 1 << 20).claim()
     assert claimed is not None and claimed.records == [] and claimed.refused == {Refusal.FORGED: 1}
 

@@ -79,37 +79,3 @@ def test_changed_acl_is_the_painless_script_in_python(acl, edit, expected) -> No
     from es_provider.ingest.admin import changed_acl
 
     assert changed_acl(acl, **edit) == expected
-
-
-# --- error shapes: Elasticsearch's refusals become the same protocol codes as OpenSearch's ---------------------
-
-@pytest.mark.parametrize(("status", "kind", "code"), [
-    (429, "es_rejected_execution_exception", "KNOWLEDGE_RATE_LIMITED"),      # Elasticsearch's search queue full
-    (429, "rejected_execution_exception", "KNOWLEDGE_RATE_LIMITED"),         # OpenSearch's
-    (503, "search_phase_execution_exception", "KNOWLEDGE_UNAVAILABLE"),      # all shards failed
-    (500, "search_phase_execution_exception", "KNOWLEDGE_UNAVAILABLE"),
-    (400, "search_phase_execution_exception", "KNOWLEDGE_UNAVAILABLE"),      # e.g. a clause limit: never a 400 of ours
-    (503, "no_shard_available_action_exception", "KNOWLEDGE_UNAVAILABLE"),
-    (403, "cluster_block_exception", "KNOWLEDGE_UNAVAILABLE"),               # a write block: waited out, then refused
-])
-def test_engine_errors_map_to_the_same_codes(status, kind, code) -> None:
-    from opensearchpy.exceptions import TransportError
-
-    from es_provider.engine.errors import map_error
-
-    assert map_error(TransportError(status, kind, {"error": {"type": kind}})).code.value == code
-
-
-@pytest.mark.parametrize(("response", "code"), [
-    ({"error": {"type": "es_rejected_execution_exception"}, "status": 429}, "KNOWLEDGE_RATE_LIMITED"),
-    ({"error": {"type": "search_phase_execution_exception"}, "status": 503}, "KNOWLEDGE_UNAVAILABLE"),
-    ({"timed_out": True, "hits": {"hits": []}}, "KNOWLEDGE_TIMED_OUT"),
-    ({"_shards": {"failed": 1}, "hits": {"hits": []}}, "KNOWLEDGE_UNAVAILABLE"),
-])
-def test_a_failed_search_in_an_msearch_answer_is_never_a_partial_answer(response, code) -> None:
-    from es_provider.core.errors import KnowledgeError
-    from es_provider.engine.errors import check_search
-
-    with pytest.raises(KnowledgeError) as refused:
-        check_search(response)
-    assert refused.value.code.value == code

@@ -6,11 +6,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from opensearchpy.exceptions import ConnectionError as EngineConnectionError
 
-from es_provider.core.errors import Redirected, origin_of
-from es_provider.engine.errors import map_error
-from es_provider.engine.transient import transient
+from es_provider.core.errors import origin_of
 
 
 @pytest.mark.parametrize(
@@ -27,17 +24,6 @@ from es_provider.engine.transient import transient
 )
 def test_an_origin_never_carries_credentials_path_or_query(url: str, origin: str) -> None:
     assert origin_of(url) == origin
-
-
-def test_a_redirect_is_an_engine_error_never_retried() -> None:
-    redirected = Redirected(307, "https://node:9200", "http://elsewhere:80")
-    wrapped = EngineConnectionError("N/A", str(redirected), redirected)
-    assert not transient(wrapped)  # a connection failure otherwise is
-    assert transient(EngineConnectionError("N/A", "reset", OSError("reset")))
-    mapped = map_error(wrapped)
-    assert mapped.detail is not None
-    assert "engine error 307" in mapped.detail and "http://elsewhere:80" in mapped.detail
-    assert "https://node:9200" in mapped.detail
 
 
 # --- 2. Only hits of checked indices are served ---
@@ -80,57 +66,3 @@ def test_a_stray_index_is_withheld_a_joining_one_is_checked_at_once() -> None:
         assert "elsewhere" not in served and retriever.unchecked == {"a": {"elsewhere"}} and engine.asked == 3
 
     asyncio.run(run())
-
-
-# --- 9. Non-finite numbers in the configuration are refused at start, naming the key ---
-
-@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "+inf"])
-@pytest.mark.parametrize(("section", "key"), [
-    ("scoring.bm25", "intercept"), ("scoring.vector", "relative"), ("scoring.hybrid", "lead"),
-    ("scoring.bm25", "log_rank"), ("knowledge.scoring.bm25", "intercept"), ("knowledge.scoring.hybrid", "lead"),
-])
-def test_non_finite_score_mappings_are_refused_naming_the_key(tmp_path, section: str, key: str, value: str) -> None:
-    from es_provider.config.settings import ConfigError, load_settings
-
-    base = {"intercept": "-9.0", "log_score": "0.3", "relative": "9.0", "log_rank": "0.0", "lead": "2.0"}
-    base[key] = value
-    mapping = "\n".join(f"{k} = {v}" for k, v in base.items())
-    knowledge = ('[[knowledge]]\nid = "k"\nname = "K"\nversions = ["1"]\nalias = "a"\nsecret_ref = "S"\n'
-                 'apps = ["app"]\n')
-    if section.startswith("knowledge."):
-        text = f"{knowledge}[{section}]\n{mapping}\n"
-    else:
-        text = f"[{section}]\n{mapping}\n{knowledge}"
-    path = tmp_path / "config.toml"
-    path.write_text(text)
-    with pytest.raises(ConfigError) as refused:
-        load_settings(path)
-    assert key in str(refused.value) and "finite" in str(refused.value), str(refused.value)
-
-
-# --- 6. A secret file: a regular file of bounded size, never waited on ---
-
-def _fifo(path):  # type: ignore[no-untyped-def]
-    import os
-
-    os.mkfifo(path)
-
-
-@pytest.mark.parametrize(("make", "expected"), [
-    (lambda p: p.write_text("  s3cret \n"), "s3cret"),
-    (lambda p: (p.with_name("target").write_text("linked"), p.symlink_to(p.with_name("target"))), "linked"),
-    (_fifo, "is not a regular file"),
-    (lambda p: p.mkdir(), "is not a regular file"),
-    (lambda p: p.write_bytes(b"x" * (64 * 1024 + 1)), "is larger than 65536 bytes"),
-    (lambda p: p.write_bytes(b"\xff\xfe"), "is not UTF-8 text"),
-    (lambda p: None, "cannot be opened"),
-])
-def test_a_secret_file_is_a_bounded_regular_file(tmp_path, make, expected: str) -> None:  # type: ignore[no-untyped-def]
-    from es_provider.config.secrets import SecretFileError, read_secret_file
-
-    path = tmp_path / "secret"
-    make(path)
-    try:
-        assert read_secret_file(str(path)) == expected
-    except SecretFileError as exc:
-        assert str(exc).startswith(expected), str(exc)

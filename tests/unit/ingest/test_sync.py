@@ -13,7 +13,7 @@ from es_provider.ingest.records import DocumentRecord, RecordError, SourceDocume
 from es_provider.ingest.sources import OptionError
 from es_provider.ingest.sync import Removal, Scope, check_label, in_scope, options, read_ids, shown, to_remove
 
-MAPPINGS = Path(__file__).resolve().parent.parent.parent / "mappings" / "chunks.json"
+MAPPINGS = Path(__file__).resolve().parents[3] / "mappings" / "chunks.json"
 
 
 def doc(document_id: str, tenant: str | None) -> SourceDocument:

@@ -30,7 +30,7 @@ from es_provider.ingest.readers import (
 from es_provider.ingest.records import DocumentRecord, Section, SourceDocument
 from es_provider.ingest.writer import chunk_documents
 
-FILES = Path(__file__).resolve().parent.parent / "fixtures" / "files"
+FILES = Path(__file__).resolve().parents[2] / "fixtures" / "files"
 
 
 def test_pdf_has_one_section_per_page() -> None:
@@ -172,6 +172,7 @@ def html(paragraphs: int) -> bytes:
             + "".join(f"<p>Paragraph {i} {FILLER}.</p>\n" for i in range(paragraphs))).encode()
 
 
+@pytest.mark.timing  # a ratio of two timings: run alone, after the parallel run
 @pytest.mark.parametrize(("reader", "make"), [(read_markdown, markdown), (read_html, html)])
 def test_reading_is_linear_in_paragraphs(reader, make) -> None:
     # Both sizes outgrow the CPU caches (below about 1 MB a paragraph costs a third as much, so a small input made a

@@ -6,10 +6,8 @@ import math
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
 
 from es_provider.config.knowledge import RerankSettings
-from es_provider.config.settings import Settings
 from es_provider.core.calibration import Logistic
 from es_provider.search.domain import Chunk
 from es_provider.search.rerank import (
@@ -128,25 +126,3 @@ async def test_no_time_left_means_the_first_stage_without_a_call(caplog: pytest.
     await reranker.close()
 
 
-@pytest.mark.parametrize(("changes", "error"), [
-    ({"api": "cohere", "model": None}, "needs a model"),
-    ({"url": "ftp://x/rerank"}, "pattern"),
-    ({"knowledge": []}, "at least 1"),
-    ({"modes": ["bm25", "semantic"]}, "modes"),
-])
-def test_settings_refused(changes: dict[str, Any], error: str) -> None:
-    with pytest.raises(ValidationError, match=error):
-        settings(**changes)
-
-
-def test_which_searches_rerank() -> None:
-    s = Settings.model_validate({"knowledge": [
-        {"id": k, "name": k, "versions": ["1"], "alias": k, "secret_ref": "S", "apps": ["a"]} for k in ("a", "b")],
-        "rerank": {"url": "http://r/rerank", "api": "tei", "knowledge": ["a"], "modes": ["bm25", "hybrid"]}},
-        strict=False)
-    assert s.reranks({"a"}, "bm25") and s.reranks({"a"}, "hybrid")
-    assert not s.reranks({"a"}, "vector")  # a mode it does not follow
-    assert not s.reranks({"a", "b"}, "bm25")  # b does not use it
-    assert not s.reranks(set(), "bm25")
-    with pytest.raises(ValidationError, match="unknown knowledge base 'c'"):
-        Settings.model_validate({"rerank": {"url": "http://r/rerank", "api": "tei", "knowledge": ["c"]}})

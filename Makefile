@@ -17,8 +17,8 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 install: $(VENV)/.installed
 
 lint: install
-	$(BIN)/ruff check es_provider tests bench scripts/*.py
-	$(BIN)/mypy es_provider scripts/*.py
+	$(BIN)/ruff check es_provider tests bench harness scripts/*.py
+	$(BIN)/mypy es_provider harness scripts/*.py
 	$(BIN)/lint-imports
 	$(BIN)/python scripts/check_house.py
 

@@ -165,7 +165,7 @@ def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: in
             "off": "[access_log] enabled = false",
             "on": f"[access_log] enabled = true, index {PREFIX} (defaults: daily indices on the same node, batches "
                   "of 500 every second, on_sink_failure refuse)",
-            "load": "bench/loadgen.py in its own process: concurrency 1, 300 requests (30 warm-up) per round; "
+            "load": "harness/loadgen.py in its own process: concurrency 1, 300 requests (30 warm-up) per round; "
                     f"concurrency 32, {C32_REQUESTS:,} ({C32_WARMUP} warm-up); rounds off, on then on, off, ...; "
                     "service CPU from /proc over each run, warm-up included (the record's writes happen in the "
                     "same process, so their CPU is in it)",

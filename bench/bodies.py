@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench import scifact
-from bench.common import ROOT  # noqa: F401  importing bench.common puts tests/ on the path for helpers.calls
+from harness import calls
 
 MAIN = {"id": "scifact", "name": "SciFact", "versions": ["1"], "alias": "bench-scifact",
         "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 10, "secret_ref": "BENCH_SECRET", "apps": ["bench"]}
@@ -14,8 +14,6 @@ MAIN = {"id": "scifact", "name": "SciFact", "versions": ["1"], "alias": "bench-s
 
 def callback(kb_id: str, query: str, *, subject: str = "bench-user", required: list[str] | None = None,
              top_k: int = 10) -> dict[str, Any]:
-    from helpers import calls  # the tests' one callback builder (bench.common puts tests/ on the path)
-
     return calls.body(subject, scifact.TENANT, app="bench", knowledge=kb_id, version="1", required=required,
                       query=query, topK=top_k, runId="bench", traceId="bench", executionId="x", deadline=0)
 

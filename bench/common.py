@@ -19,9 +19,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from harness.served import Served, cpu_seconds, free_port, run_loadgen, wait_until_answering  # noqa: F401
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # the tests' helpers package (request builders, launcher) is shared here
-from helpers.served import Served, cpu_seconds, free_port, run_loadgen, wait_until_answering  # noqa: E402, F401
 
 RESULTS = ROOT / "bench" / "results"
 DOCS = ROOT / "docs"
@@ -98,7 +98,7 @@ def cli(*args: str, url: str) -> subprocess.CompletedProcess[str]:
 @contextmanager
 def service(config: Path, url: str, *, loop: str = "asyncio", workers: int = 1,
             env: dict[str, str] | None = None) -> Iterator[Served]:
-    """`es-provider serve` in its own process (the tests' launcher); yields it once /healthz answers (with
+    """`es-provider serve` in its own process (harness/served.py's launcher); yields it once /healthz answers (with
     `workers` > 1, once every worker has started). `env`: more variables (the engine's credentials)."""
     env = {"OPENSEARCH_URL": url, "BENCH_SECRET": SECRET, "BENCH_API_KEY": API_KEY, **(env or {})}
     with tempfile.TemporaryDirectory() as folder:
@@ -119,7 +119,7 @@ def service(config: Path, url: str, *, loop: str = "asyncio", workers: int = 1,
 
 
 def loadgen(spec: dict[str, Any]) -> dict[str, Any]:
-    """Runs bench/loadgen.py in a separate process with `spec`; returns its JSON answer."""
+    """Runs harness/loadgen.py in a separate process with `spec`; returns its JSON answer."""
     import asyncio
 
     try:

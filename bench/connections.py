@@ -39,8 +39,8 @@ class Fronts:
     on them)."""
 
     def __init__(self, target: str, folder: Path) -> None:
-        from helpers.proxy import EngineProxy
-        from helpers.tls_front import Certificates, TlsFront
+        from harness.proxy import EngineProxy
+        from harness.tls_front import Certificates, TlsFront
 
         self.certificates = Certificates(folder)
         self._loop = asyncio.new_event_loop()

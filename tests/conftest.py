@@ -98,9 +98,10 @@ SECURE_STARTED_KEY = pytest.StashKey[Path]()
 
 
 def _only_unit_tests(config: pytest.Config) -> bool:
-    unit = ROOT / "tests" / "unit"
-    return bool(config.args) and all(Path(str(arg).split("::")[0]).resolve().is_relative_to(unit)
-                                     for arg in config.args)
+    """Only tests/unit and tests/repo (the repository's own checks) were asked for: neither needs an engine."""
+    engineless = (ROOT / "tests" / "unit", ROOT / "tests" / "repo")
+    return bool(config.args) and all(any(Path(str(arg).split("::")[0]).resolve().is_relative_to(folder)
+                                         for folder in engineless) for arg in config.args)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -258,7 +259,7 @@ async def client_for(opensearch: OpenSearchNode) -> AsyncIterator[Any]:
 @pytest.fixture
 async def proxy(opensearch: OpenSearchNode) -> AsyncIterator[Any]:
     """An EngineProxy in front of the real node (tests/proxy.py)."""
-    from helpers.proxy import EngineProxy
+    from harness.proxy import EngineProxy
 
     running = await EngineProxy(opensearch.url).start()
     yield running

@@ -9,34 +9,16 @@ import time
 import uuid
 from typing import Any
 
+from harness import calls
 from helpers.setup import CALLBACK_SECRET, DEADLINE_MS
 
 ROUTE = "/agent/knowledge/project-documents/1.0.0"
 
 
-def body(subject: str = "u-alice", tenant: str | None = "team-a", *, app: str = "app-1",
-         knowledge: str = "project-documents", version: str = "1.0.0", required: list[str] | None = None,
-         **changes: Any) -> dict[str, Any]:
-    """A valid callback body for `subject` of `tenant`; `changes` replace top-level fields."""
-    request: dict[str, Any] = {
-        "protocolVersion": "1.0",
-        "appId": app,
-        "subjectId": subject,
-        "tenantId": tenant,
-        "knowledgeId": knowledge,
-        "version": version,
-        "query": "installation",
-        "topK": 3,
-        "filters": {"appId": app, "subjectId": subject, "tenantId": tenant,
-                    "required": ["TENANT", "SUBJECT"] if required is None else required},
-        "runId": "run-1",
-        "traceId": "trace-1",
-        "executionId": "exec-1",
-        "deadline": int(time.time() * 1000) + DEADLINE_MS,
-        "trustedContext": {},
-    }
-    request.update(changes)
-    return request
+def body(subject: str = "u-alice", tenant: str | None = "team-a", **changes: Any) -> dict[str, Any]:
+    """A valid callback body for `subject` of `tenant` (harness/calls.py's, due the tests' DEADLINE_MS from now);
+    `changes` (app, knowledge, version, required, or top-level fields) as there."""
+    return calls.body(subject, tenant, deadline_ms=DEADLINE_MS, **changes)
 
 
 def headers(**changes: str | None) -> dict[str, str]:

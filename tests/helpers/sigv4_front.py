@@ -27,8 +27,8 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from helpers.proxy import EngineProxy
-from helpers.tls_front import Certificates
+from harness.proxy import EngineProxy
+from harness.tls_front import Certificates
 
 MISMATCH = ("The request signature we calculated does not match the signature you provided. Check your AWS Secret "
             "Access Key and signing method. Consult the service documentation for details.")

@@ -11,7 +11,7 @@ import orjson
 from aiohttp import web
 
 from es_provider.engine.client import Engine
-from helpers.proxy import EngineProxy
+from harness.proxy import EngineProxy
 
 FIRST = "spool-00000000000000000001-1-aa"  # sorts before every file the service writes: drained first
 

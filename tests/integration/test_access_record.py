@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 from helpers import calls
-from helpers.proxy import EngineProxy
 from helpers.records import metric
 from helpers.served import Served, free_port, kb_entry, write_config
 from helpers.setup import API_KEY, TEST_ENV, api_key, bearer, load_records
 
 from es_provider.core.errors import ErrorCode, KnowledgeError
 from es_provider.engine.client import Engine
+from harness.proxy import EngineProxy
 
 QUERY = "installation zebracorn"  # a query text that must never appear in a record
 QUERY_KEY = "access-query-key-0123456789"

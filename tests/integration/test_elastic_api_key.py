@@ -1,5 +1,5 @@
 """Elasticsearch 8/9 as Elastic ships it: HTTPS with a CA fingerprint and API keys. The local Elasticsearch nodes
-carry no x-pack (docs/development.md), so a real TLS front (helpers/tls_front.py: Python's ssl with a CA made here,
+carry no x-pack (docs/development.md), so a real TLS front (harness/tls_front.py: Python's ssl with a CA made here,
 the CA in its chain as Elasticsearch sends it, the `ApiKey` header checked in constant time) stands where
 Elasticsearch's own security would. Run on every engine (-m engines): the service, kb create and ingest through it;
 a wrong key, a wrong CA, a fingerprint that matches nothing and a missing client certificate each stop readiness
@@ -17,11 +17,11 @@ import pytest
 import trustme
 from helpers.calls import ask
 from helpers.setup import load_records, new_kb
-from helpers.tls_front import Certificates, TlsFront
 
 from es_provider.config.cluster import OpenSearchSettings
 from es_provider.engine.client import connect
 from es_provider.ingest import admin
+from harness.tls_front import Certificates, TlsFront
 
 KEY_ID, KEY = "VuaCfGcBCdbkQm-e5aOx", "ui2lp2axTNmsyakw9tvNnw"
 ENCODED = base64.b64encode(f"{KEY_ID}:{KEY}".encode()).decode()

@@ -7,11 +7,11 @@ from __future__ import annotations
 import uuid
 
 from helpers.calls import ask
-from helpers.proxy import EngineProxy
 from helpers.setup import load_records, new_kb
 
 from es_provider.engine.client import Engine
 from es_provider.ingest import admin
+from harness.proxy import EngineProxy
 
 
 async def test_every_client_keeps_the_gateways_prefix(opensearch, client_for) -> None:

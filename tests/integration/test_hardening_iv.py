@@ -20,15 +20,15 @@ from typing import Any
 import pytest
 from aiohttp import web
 from helpers import calls
-from helpers.proxy import EngineProxy
 from helpers.served import Served, kb_entry, write_config
 from helpers.setup import TEST_ENV, api_key, bearer, load_records, new_kb
-from helpers.tls_front import Certificates
 
 from es_provider.config.cluster import OpenSearchSettings
 from es_provider.core.deadline import fixed_budget
 from es_provider.core.errors import KnowledgeError
 from es_provider.engine.client import connect
+from harness.proxy import EngineProxy
+from harness.tls_front import Certificates
 
 # --- 1. No engine client follows a redirect -----------------------------------------------------------------------
 

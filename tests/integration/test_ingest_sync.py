@@ -24,7 +24,6 @@ from helpers import served
 from helpers.calls import ROUTE, body, headers
 from helpers.command import in_process
 from helpers.interrupt import kill_once_written
-from helpers.proxy import EngineProxy
 from helpers.setup import api_key, bearer, new_kb
 
 from es_provider.core.deadline import fixed_budget
@@ -33,6 +32,7 @@ from es_provider.ingest import admin, sync
 from es_provider.ingest.ownership import LABEL_FIELD
 from es_provider.ingest.records import AclRecord, DocumentRecord, SourceDocument, SourceRef
 from es_provider.ingest.writer import chunk_documents
+from harness.proxy import EngineProxy
 
 FILES = Path(__file__).resolve().parent.parent / "fixtures" / "files"
 TOPIC = "turbine inspection"

@@ -18,12 +18,12 @@ import orjson
 import pytest
 from aiohttp import web
 from helpers import calls
-from helpers.proxy import EngineProxy
 from helpers.records import metric, record_ids
 from helpers.setup import load_records, own_prefix
 
 from es_provider.audit import access
 from es_provider.engine.client import Engine
+from harness.proxy import EngineProxy
 
 DOCS = [{"document_id": f"doc-{n}", "content": f"installation notes number {n}.", "tenant_id": "team-a",
          "acl": {"public": True}} for n in range(4)]

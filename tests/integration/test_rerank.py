@@ -1,5 +1,5 @@
 """The rerank stage (es_provider/search/rerank.py) against a real engine and the suite's own rerank server
-(tests/helpers/rerank_server.py), in both API shapes:
+(harness/rerank_server.py), in both API shapes:
 
 - answers follow the reranker's order, with its calibrated scores, through all three protocols;
 - the reranker never receives a chunk the identity may not read (the permission oracle over many identities), nor
@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 from helpers import calls
 from helpers.acl_random import GROUPS, SUBJECTS, TENANTS, corpus, visible
-from helpers.rerank_server import RerankServer, hashed
 from helpers.served import free_port
 from helpers.setup import api_key, bearer, load_records, new_kb
+
+from harness.rerank_server import RerankServer, hashed
 
 WORDS = ["river", "valley", "harbour", "orchard", "lantern", "meadow", "quarry", "summit", "thicket", "willow"]
 

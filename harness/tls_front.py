@@ -1,8 +1,8 @@
 """A real TLS front for a node that has no security of its own (the local Elasticsearch nodes carry no x-pack):
 it terminates TLS with a certificate from a CA the test makes (trustme), sends that CA in its chain as
 Elasticsearch 8 does (so a CA fingerprint can be pinned), can require a client certificate, checks an
-`Authorization` header against the keys it accepts (constant time), and forwards what it accepts to the node (an EngineProxy served over TLS).
-The accepted keys are a set the test may change while requests run (a rotation)."""
+`Authorization` header against the keys it accepts (constant time), and forwards what it accepts to the node (an
+EngineProxy served over TLS). The accepted keys are a set the test may change while requests run (a rotation)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import trustme
 from aiohttp import web
 
-from helpers.proxy import EngineProxy
+from harness.proxy import EngineProxy
 
 
 @dataclass

@@ -1,13 +1,13 @@
 """Load generator, run as its own process so it does not share an event loop or a core's time slices with the
 service: sends a list of requests at a fixed concurrency and prints per-request latencies as JSON.
 
-    python -m bench.loadgen SPEC.json      (spec: mode, target, concurrency, requests, warmup, bodies, ...)
+    python -m harness.loadgen SPEC.json      (spec: mode, target, concurrency, requests, warmup, bodies, ...)
 
 mode "direct": each body is an OpenSearch search body, sent with opensearch-py's async client.
 mode "service": each body is a SparkTide callback; executionId, Idempotency-Key and deadline are made fresh for
-every request, so the service's idempotency window never answers from memory; with "sign": true each is signed. With "protocol": "agentarts" each
-body is an AgentArts retrieve request, sent as it is. "duration_s" (closed loop) stops starting requests after that
-many seconds.
+every request, so the service's idempotency window never answers from memory; with "sign": true each is signed.
+With "protocol": "agentarts" each body is an AgentArts retrieve request, sent as it is. "duration_s" (closed loop)
+stops starting requests after that many seconds.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -109,9 +110,9 @@ async def paced(spec: dict[str, Any], one: Any) -> tuple[list[float], int, float
 
 
 async def drive(spec: dict[str, Any], one: Any) -> tuple[list[float], int, float]:
+    """(latencies of the measured requests, errors, seconds from the first measured request to the last answer)."""
     if spec.get("rate"):
         return await paced(spec, one)
-    """(latencies of the measured requests, errors, seconds from the first measured request to the last answer)."""
     concurrency, total, warmup = spec["concurrency"], spec["requests"], spec.get("warmup", 0)
     # Optional: stop starting requests after this many seconds (a flood of a given length).
     stop_at = time.perf_counter() + spec["duration_s"] if spec.get("duration_s") else math.inf
@@ -142,11 +143,11 @@ async def drive(spec: dict[str, Any], one: Any) -> tuple[list[float], int, float
 
 
 def main() -> None:
-    spec = json.loads(open(sys.argv[1], encoding="utf-8").read())
+    spec = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
     runner = run_direct if spec["mode"] == "direct" else run_service
     latencies, errors, elapsed = asyncio.run(runner(spec))
     # In paced mode latencies keep request order (NaN where a request failed), so windows can be compared.
-    print(json.dumps({"latencies_ms": [None if x != x else x for x in latencies], "errors": errors,
+    print(json.dumps({"latencies_ms": [None if math.isnan(x) else x for x in latencies], "errors": errors,
                       "elapsed_s": elapsed}))
 
 

@@ -1,5 +1,5 @@
-"""The `es-provider` command: build_parser and main over one module per command (each beside its arguments) and
-what they share (common). The top floor: it may import every room; nothing imports it."""
+"""The `es-provider` command: build_parser and main over one module per command. Imports every package of es_provider.
+Its modules, one line each: docs/development.md, "Layout"."""
 
 from __future__ import annotations
 

@@ -1,2 +1,2 @@
-"""Who a user is: the principal store's documents (directory, pure) and a subject's groups, read from the store and
-cached (principals). Imports core, config, engine and search's neutral models; nothing that serves HTTP."""
+"""Who a user is: the principal store and a subject's groups. Imports only core, config and engine of es_provider. Its
+modules, one line each: docs/development.md, "Layout"."""

@@ -1,3 +1,2 @@
-"""A search from request to ranked, re-checked chunks: the neutral request and result (domain), the one bool query
-(query), hits into chunks (hits), the retriever (retrieval), embedders, the rerank stage, "why not?" (explain) and
-fitting the score calibration (calibrate). Imports core, config and engine; never a protocol or the web layer."""
+"""A search from the neutral request to ranked, re-checked chunks. Imports only core, config and engine of es_provider.
+Its modules, one line each: docs/development.md, "Layout"."""

@@ -31,9 +31,9 @@ helm:
 	@scripts/helm-local path
 
 # The chart alone (charts/es-provider): helm lint and template of every values set, the manifests against the
-# Kubernetes API schemas, no secret in them (tests/unit/test_chart.py; `make test` runs it too).
+# Kubernetes API schemas, no secret in them (tests/repo/test_chart.py; `make test` runs it too).
 chart: install helm
-	$(BIN)/pytest tests/unit/test_chart.py
+	$(BIN)/pytest tests/repo/test_chart.py
 
 # pytest-xdist: test modules spread over processes (a module stays in one process: some have module-wide fixtures
 # or bind fixed ports), all against the one node a run starts (tests/conftest.py), each test with its own indices.
@@ -86,7 +86,7 @@ opensearch-stop:
 config-reference: install
 	$(BIN)/python -m es_provider.config.reference > docs/configuration.md
 
-# docs/cluster.md's roles are generated from es_provider/engine/privileges.py (tests/unit/test_cluster_doc.py fails
+# docs/cluster.md's roles are generated from es_provider/engine/privileges.py (tests/repo/test_cluster_doc.py fails
 # while they are out of date).
 cluster-roles: install
 	$(BIN)/python -c 'from pathlib import Path; from es_provider.cli.roles import rewrite; rewrite(Path("docs/cluster.md"))'

@@ -1,5 +1,5 @@
 """The walk-throughs the docs show, read as a reader reads them, and the rule a shown answer is held to. Pure: no
-engine, no process; tests/integration/test_docs_answers.py runs what this finds, tests/unit/test_doc_walk.py
+engine, no process; tests/integration/test_docs_answers.py runs what this finds, tests/repo/test_doc_walk.py
 holds the reading and the rule to tables.
 
 What is a command, and what is its answer:

@@ -1,6 +1,6 @@
 """Hostile files built from the committed fixtures at test time (issue 27): a .docx with a part truncated, with
 an entity expansion, with a style or table a reader once choked on; a PDF with an unknown stream filter. Used by
-tests/unit/test_readers.py and the hostile-ingest suite."""
+tests/unit/ingest/test_readers.py and the hostile-ingest suite."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 on a real node. Links in a folder are not followed and hidden folders not entered, and the summary names what was
 left out; a document id held by another tenant, or seen earlier in the same run, is refused and named while the
 rest is written; ids joined with `:` do not collide; a malformed .docx or PDF fails alone. (Reading hostile files
-in linear time is tested without a node: tests/unit/test_readers.py.)"""
+in linear time is tested without a node: tests/unit/ingest/test_readers.py.)"""
 
 from __future__ import annotations
 

@@ -29,8 +29,19 @@ def test_every_room_has_its_line() -> None:
     assert rooms == packages
 
 
+def import_name(path: Path) -> str:
+    """The name pytest imports a test module by: its basename, with the folders above it that hold an __init__.py
+    (tests/unit/<package>/) in front, so tests/unit/cli/test_check.py is cli.test_check."""
+    parts = [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").exists():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts)
+
+
 def test_no_two_test_modules_share_a_name() -> None:
-    """pytest imports test modules by their basename (no packages under tests/): a second one of a name stops the
-    whole run at collection."""
-    names = sorted(p.name for p in (ROOT / "tests").rglob("test_*.py"))
+    """A second test module imported by the same name stops the whole run at collection ("import file mismatch"):
+    two basenames may meet only in different package folders (tests/unit/<package>/ has an __init__.py)."""
+    names = sorted(import_name(p) for p in (ROOT / "tests").rglob("test_*.py"))
     assert sorted({n for n in names if names.count(n) > 1}) == []

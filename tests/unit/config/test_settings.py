@@ -1,9 +1,17 @@
+"""config/settings.py: the TOML file read into one Settings, errors naming the key, and the checks across sections
+(references known, each credential its own). The two secret tests read the file's secrets through edge/auth.py's
+load_credentials, as the service does."""
+
 from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from es_provider.config.settings import ConfigError, Settings, parse_settings
+from es_provider.config.settings import ConfigError, Settings, load_settings, parse_settings
 from es_provider.edge.auth import load_credentials
 
 GOOD = """
@@ -83,3 +91,53 @@ def test_which_searches_rerank() -> None:
     assert not s.reranks(set(), "bm25")
     with pytest.raises(ValidationError, match="unknown knowledge base 'c'"):
         Settings.model_validate({"rerank": {"url": "http://r/rerank", "api": "tei", "knowledge": ["c"]}})
+
+
+# --- the checks across sections ---
+
+def _kb(kb_id: str, **fields: Any) -> dict[str, Any]:
+    return {"id": kb_id, "name": kb_id, "versions": ["1"], "alias": kb_id, "secret_ref": "KB_SECRET", "apps": ["a"],
+            **fields}
+
+
+@pytest.mark.parametrize(("sections", "said"), [
+    ({"knowledge": [_kb("a"), _kb("a")]}, "knowledge ids must be unique"),
+    ({"knowledge": [_kb("a", embedder="e5")]}, "knowledge 'a' names unknown embedder 'e5'"),
+    ({"api_keys": [{"key_ref": "K", "app": "x", "knowledge": ["b"]}], "knowledge": [_kb("a")]},
+     "api_keys[0].knowledge names unknown knowledge base 'b'"),
+    ({"workbench": {"enabled": True, "key_ref": "KB_SECRET"}, "knowledge": [_kb("a")]},
+     "workbench.key_ref must be its own credential"),
+    ({"workbench": {"key_ref": "W"}, "scim": {"token_ref": "W"}}, "scim.token_ref must be its own credential"),
+    ({"api_keys": [{"key_ref": "K", "app": "x"}], "access_log": {"view_key_ref": "K"}},
+     "access_log.view_key_ref must be its own credential"),
+    ({"scim": {"token_ref": "T"}, "access_log": {"view_key_ref": "T"}},
+     "access_log.view_key_ref must be its own credential"),
+])
+def test_every_credential_is_its_own_and_every_reference_known(sections: dict[str, Any], said: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(said)):
+        Settings.model_validate(sections, strict=False)
+
+
+@pytest.mark.parametrize(("sections", "directory"), [
+    ({}, False),
+    ({"directory": {"enabled": True}}, True),
+    ({"scim": {"enabled": True, "token_ref": "T"}}, True),  # SCIM writes the store: it is read too
+])
+def test_uses_directory(sections: dict[str, Any], directory: bool) -> None:
+    assert Settings.model_validate(sections, strict=False).uses_directory() is directory
+
+
+@pytest.mark.parametrize(("sections", "shared"), [
+    ({"knowledge": [_kb("a")]}, False),
+    ({"knowledge": [_kb("a"), _kb("b", signature=True)]}, True),
+    ({"knowledge": [_kb("b", signature=True)], "server": {"replay_store": "memory"}}, False),
+])
+def test_shares_replays_only_for_signed_callbacks_kept_in_the_engine(sections: dict[str, Any], shared: bool) -> None:
+    assert Settings.model_validate(sections, strict=False).shares_replays() is shared
+
+
+def test_a_file_that_cannot_be_read_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"cannot read .*missing\.toml: No such file or directory"):
+        load_settings(tmp_path / "missing.toml", environ={})
+    (tmp_path / "c.toml").write_text(GOOD, encoding="utf-8")
+    assert load_settings(tmp_path / "c.toml", environ={}).knowledge_base("kb-1") is not None

@@ -1,4 +1,4 @@
-"""What the service does at start with the engine it finds (app.meet_engine), for each kind of answer."""
+"""What the service does at start with the engine it finds (web/startup.py, meet_engine), for each kind of answer."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from es_provider.config.settings import Settings
 from es_provider.core.errors import ErrorCode, KnowledgeError, StartupError
 from es_provider.engine import dialect
 from es_provider.engine.errors import UnsupportedEngineError
-from es_provider.web.app import meet_engine
+from es_provider.web.startup import meet_engine
 
 
 class FakeEngine:

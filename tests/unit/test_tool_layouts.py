@@ -24,7 +24,7 @@ from es_provider.core.proposal import flatten, propose
 from es_provider.protocols import dify
 from es_provider.protocols import sparktide_items as items
 from es_provider.search.hits import to_chunk
-from es_provider.web.app import log_exposure
+from es_provider.web.startup import log_exposure
 
 # The new functions are imported where used, so that on the code before each test fails on its behaviour (the
 # proposal printed, the chunk answered, the start log), not on an import.

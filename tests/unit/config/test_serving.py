@@ -1,0 +1,44 @@
+"""config/serving.py: [server], [[api_keys]] and [workbench]: what each refuses at start, naming the key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from es_provider.config.serving import ApiKey, WorkbenchSettings
+
+
+@pytest.mark.parametrize(("fields", "said"), [
+    ({}, None),
+    ({"enabled": True, "key_ref": "WORKBENCH_KEY", "origin": "https://kb.example.com"}, None),
+    ({"enabled": True}, "an enabled workbench needs key_ref"),
+    ({"origin": "https://kb.example.com/workbench"}, "origin"),  # an origin has no path
+    ({"origin": "kb.example.com"}, "origin"),
+    ({"session_s": 0}, "session_s"),
+    ({"session_s": 8 * 86400.0}, "session_s"),  # a week at most
+])
+def test_the_workbench(fields: dict[str, Any], said: str | None) -> None:
+    if said is None:
+        WorkbenchSettings.model_validate(fields, strict=False)
+        return
+    with pytest.raises(ValidationError, match=said):
+        WorkbenchSettings.model_validate(fields, strict=False)
+
+
+@pytest.mark.parametrize(("fields", "wrong"), [
+    ({"key_ref": "K", "app": "a"}, None),
+    ({"key_ref": "K", "app": ""}, "app"),
+    ({"key_ref": "not a name", "app": "a"}, "key_ref"),
+    ({"key_ref": "K", "app": "a", "tenants": [""]}, "tenants"),
+    ({"key_ref": "K", "app": "a", "subject": "s" * 129}, "subject"),
+])
+def test_an_api_key(fields: dict[str, Any], wrong: str | None) -> None:
+    if wrong is None:
+        key = ApiKey.model_validate(fields, strict=False)
+        assert (key.tenants, key.groups, key.subjects, key.knowledge) == ([], [], [], [])
+        return
+    with pytest.raises(ValidationError) as refused:
+        ApiKey.model_validate(fields, strict=False)
+    assert refused.value.errors()[0]["loc"][0] == wrong

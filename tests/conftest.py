@@ -382,7 +382,7 @@ assert set(ELASTICSEARCH_8) <= set(ENGINES), "Elasticsearch 8 runs a part of wha
 # The slowest modules (seconds in 4 processes on 2 cores, 12-02), run first: pytest-xdist hands out whole modules
 # (--dist loadfile) in collection order, so a slow module collected last ran on alone at the end (about 40 s).
 SLOW_FIRST = tuple(f"tests/integration/test_{name}.py" for name in (
-    "scim", "ingest_sync", "agentarts", "reliability_isolation", "workers", "reliability_operations", "dify",
+    "scim", "scim_conformance", "ingest_sync", "agentarts", "reliability_isolation", "workers", "reliability_operations", "dify",
     "reliability_reindex", "workbench_browser", "principals_cli", "ingest_lifecycle", "reliability_vector",
     "vector_operations", "reliability_hostile_ingest", "live_identities", "sparktide_answers", "access_record"))
 
@@ -399,7 +399,7 @@ def _listed(nodeid: str, listed: tuple[str, ...]) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks the timing and engines tests and puts the slowest modules first (a stable sort keeps each module's own
-    order). scim2-server's storage contract (test_scim.py) also tests cursor paging, which the SCIM service does not
+    order). scim2-server's storage contract (test_scim_conformance.py) also tests cursor paging, which the SCIM service does not
     offer (its configuration announces none): those tests are deselected rather than left to skip, so a skipped test
     always means one that should have run."""
     for item in items:

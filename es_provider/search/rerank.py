@@ -23,10 +23,9 @@ import aiohttp
 import orjson
 
 from es_provider.config.knowledge import RerankApi, RerankSettings
-from es_provider.config.secrets import read_secret
 from es_provider.core.calibration import Logistic, lead_of
 from es_provider.search.domain import Chunk
-from es_provider.search.embedders import passage_text
+from es_provider.search.embedders import api_headers, passage_text
 
 log = logging.getLogger("es_provider.rerank")
 
@@ -121,10 +120,7 @@ class Reranker:
                  on_fallback: Callable[[str], None] | None = None,
                  on_called: Callable[[float, bool], None] | None = None) -> None:
         self.settings = settings
-        self._headers = {"Content-Type": "application/json"}
-        if settings.key_ref:
-            # Read now, so a missing key stops the service at start; it never reaches a log.
-            self._headers["Authorization"] = "Bearer " + read_secret(settings.key_ref, environ).decode()
+        self._headers = api_headers(settings.key_ref, environ)
         self._session: aiohttp.ClientSession | None = None
         self._on_fallback = on_fallback
         self._on_called = on_called

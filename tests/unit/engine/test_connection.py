@@ -1,17 +1,24 @@
 """engine/connection.py: the nodes a URL names (a path prefix and the default ports kept as a client sends them) and
-the connection built from [opensearch]'s keys: TLS, a missing secret, AWS SigV4."""
+the connection built from [opensearch]'s keys: TLS, a missing secret, AWS SigV4, and a client certificate loaded
+again for new connections when its files change (rotated: docs/cluster.md)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
+from helpers.projected_secret import ProjectedSecret
 
 from es_provider.config.cluster import OpenSearchSettings
 from es_provider.config.settings import ConfigError
-from es_provider.engine.connection import Node, from_settings, parse_nodes
+from es_provider.engine import credentials
+from es_provider.engine.connection import ClientCertificate, Node, from_settings, parse_nodes
 
 
 @pytest.mark.parametrize(("url", "nodes"), [
@@ -81,3 +88,81 @@ def test_aws_without_botocore_names_the_extra(monkeypatch: pytest.MonkeyPatch) -
         from_settings(OpenSearchSettings.model_validate(
             {"url": "https://x.aoss.amazonaws.com", "aws": {"region": "us-east-1", "service": "aoss"}}), {})
 
+# --- client certificates: loaded again for new connections when their files change ---
+
+@pytest.fixture
+def quick_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The certificate's files looked at every 50 ms (every second in service)."""
+    monkeypatch.setattr(credentials, "RECHECK_S", 0.05)
+
+
+async def _polled_until(certificate: ClientCertificate, said: Callable[[], bool]) -> None:
+    """Polls the certificate's files until `said()`, for ten seconds at most."""
+    for _ in range(200):
+        certificate.poll()
+        if said():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the new pair was not taken")
+
+
+def _client(ca: trustme.CA, name: str, directory: Path) -> tuple[Path, Path]:
+    issued = ca.issue_cert(f"{name}.example", common_name=name)
+    cert, key = directory / f"{name}.pem", directory / f"{name}-key.pem"
+    cert.write_bytes(issued.cert_chain_pems[0].bytes())
+    key.write_bytes(issued.private_key_pem.bytes())
+    return cert, key
+
+
+async def _who(port: int, context: ssl.SSLContext) -> str:
+    """The CN of the client certificate a new connection from `context` presents."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="127.0.0.1")
+    name = (await reader.readline()).decode().strip()
+    writer.close()
+    return name
+
+
+async def test_a_client_certificate_rotation_reaches_new_connections(tmp_path: Path, quick_files: None,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1")
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.configure_cert(tls)
+    ca.configure_trust(tls)
+    tls.verify_mode = ssl.CERT_REQUIRED
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        subject = dict(item[0] for item in writer.get_extra_info("peercert")["subject"])
+        writer.write(subject["commonName"].encode() + b"\n")
+        await writer.drain()
+        writer.close()
+
+    listening = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=tls)
+    port = listening.sockets[0].getsockname()[1]
+    first, second = _client(ca, "svc-2026", tmp_path), _client(ca, "svc-2027", tmp_path)
+    ca_file = tmp_path / "ca.pem"
+    ca_file.write_bytes(ca.cert_pem.bytes())
+    secret = ProjectedSecret(tmp_path / "tls", {"tls.crt": first[0].read_text(), "tls.key": first[1].read_text()})
+    connection = from_settings(OpenSearchSettings(
+        url=f"https://127.0.0.1:{port}", ca_file=str(ca_file), client_cert_file=secret.path("tls.crt"),
+        client_key_file=secret.path("tls.key")), {})
+    assert connection.tls is not None and connection.certificate is not None
+    caplog.set_level(logging.INFO, logger="es_provider.engine")
+    try:
+        assert await _who(port, connection.tls) == "svc-2026"
+        secret.write({"tls.crt": second[0].read_text(), "tls.key": second[1].read_text()})
+        await asyncio.sleep(0.1)
+        await _polled_until(connection.certificate, lambda: "open ones keep theirs" in caplog.text)
+        assert await _who(port, connection.tls) == "svc-2027"
+        # A torn pair (the first certificate with the second's key) is refused: the last pair stays, logged once.
+        secret.write({"tls.crt": first[0].read_text(), "tls.key": second[1].read_text()})
+        await asyncio.sleep(0.1)
+        for _ in range(5):
+            connection.certificate.poll()
+            await asyncio.sleep(0.1)
+        assert await _who(port, connection.tls) == "svc-2027"
+        assert caplog.text.count("cannot be loaded as a pair") == 1
+        assert "PRIVATE KEY" not in caplog.text
+    finally:
+        listening.close()
+        await listening.wait_closed()

@@ -2,7 +2,7 @@
 its password read together as one pair (Kubernetes' atomic swap, and a pair changed while it is being read), the
 credential the engine refuses is never the only one tried (a 401 resends once with the other), a new one is kept
 once the engine accepted it (and logged so: the operator's signal to revoke the old one), client certificate files
-loaded again for new connections; against a small engine stand-in that accepts a set of `Authorization` values the
+loaded again for new connections (test_connection.py); against a small engine stand-in that accepts a set of `Authorization` values the
 test changes while calls run. The single-user, secret-first case is the procedure docs/cluster.md gave: it failed
 every call between the file's change and the engine's (a 401 was resent only when the file changed again)."""
 
@@ -13,14 +13,12 @@ import base64
 import hmac
 import logging
 import os
-import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trustme
 from aiohttp import web
 from helpers.projected_secret import ProjectedSecret
 
@@ -398,68 +396,3 @@ async def test_both_refused_fails_after_one_resend(stand: Stand, tmp_path: Path,
     assert "401" in (caught.value.detail or "")
     assert len(stand.seen) - before == 2  # the new pair, then the old one: bounded
     await engine.close()
-
-
-# Client certificates
-
-
-def _client(ca: trustme.CA, name: str, directory: Path) -> tuple[Path, Path]:
-    issued = ca.issue_cert(f"{name}.example", common_name=name)
-    cert, key = directory / f"{name}.pem", directory / f"{name}-key.pem"
-    cert.write_bytes(issued.cert_chain_pems[0].bytes())
-    key.write_bytes(issued.private_key_pem.bytes())
-    return cert, key
-
-
-async def _who(port: int, context: ssl.SSLContext) -> str:
-    """The CN of the client certificate a new connection from `context` presents."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="127.0.0.1")
-    name = (await reader.readline()).decode().strip()
-    writer.close()
-    return name
-
-
-async def test_a_client_certificate_rotation_reaches_new_connections(tmp_path: Path, quick: None,
-                                                                     caplog: pytest.LogCaptureFixture) -> None:
-    ca = trustme.CA()
-    server = ca.issue_cert("127.0.0.1")
-    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server.configure_cert(tls)
-    ca.configure_trust(tls)
-    tls.verify_mode = ssl.CERT_REQUIRED
-
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        subject = dict(item[0] for item in writer.get_extra_info("peercert")["subject"])
-        writer.write(subject["commonName"].encode() + b"\n")
-        await writer.drain()
-        writer.close()
-
-    listening = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=tls)
-    port = listening.sockets[0].getsockname()[1]
-    first, second = _client(ca, "svc-2026", tmp_path), _client(ca, "svc-2027", tmp_path)
-    ca_file = tmp_path / "ca.pem"
-    ca_file.write_bytes(ca.cert_pem.bytes())
-    secret = ProjectedSecret(tmp_path / "tls", {"tls.crt": first[0].read_text(), "tls.key": first[1].read_text()})
-    connection = from_settings(OpenSearchSettings(
-        url=f"https://127.0.0.1:{port}", ca_file=str(ca_file), client_cert_file=secret.path("tls.crt"),
-        client_key_file=secret.path("tls.key")), {})
-    assert connection.tls is not None and connection.certificate is not None
-    caplog.set_level(logging.INFO, logger="es_provider.engine")
-    try:
-        assert await _who(port, connection.tls) == "svc-2026"
-        secret.write({"tls.crt": second[0].read_text(), "tls.key": second[1].read_text()})
-        await asyncio.sleep(0.1)
-        await until(lambda: (connection.certificate.poll(), "open ones keep theirs" in logged(caplog))[1])
-        assert await _who(port, connection.tls) == "svc-2027"
-        # A torn pair (the first certificate with the second's key) is refused: the last pair stays, logged once.
-        secret.write({"tls.crt": first[0].read_text(), "tls.key": second[1].read_text()})
-        await asyncio.sleep(0.1)
-        for _ in range(5):
-            connection.certificate.poll()
-            await asyncio.sleep(0.1)
-        assert await _who(port, connection.tls) == "svc-2027"
-        assert logged(caplog).count("cannot be loaded as a pair") == 1
-        assert "PRIVATE KEY" not in logged(caplog)
-    finally:
-        listening.close()
-        await listening.wait_closed()

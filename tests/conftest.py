@@ -301,83 +301,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     Path(target).write_text("\n".join(lines), encoding="utf-8")
 
 
-# Tests whose assertions are about time (linearity, cancellation within seconds, starvation, deadlines, soak
-# ceilings): `make test` runs them alone, after the parallel run (-m timing), so other tests' load cannot fail them.
-TIMING = (
-    "tests/unit/test_readers.py::test_reading_is_linear_in_paragraphs",
-    "tests/integration/test_hardening.py::test_a_search_stops_on_the_engine_when_its_budget_ends",
-    # answered within 0.6-1.0 s of an 800 ms deadline: fc21 took 1.44 s in the parallel run's load
-    "tests/integration/test_sparktide_answers.py::test_slow_engine_times_out_at_the_deadline",
-    "tests/integration/test_reliability_hostile_costs.py::",
-    "tests/integration/test_reliability_hostile_clients.py::",
-    "tests/integration/test_reliability_load.py::",
-    "tests/integration/test_reliability_faults.py::",
-    "tests/integration/test_reliability_access.py::",
-    "tests/integration/test_scim_load.py::",
-    "tests/integration/test_sigv4_domain.py::test_short_lived_credentials_renewed_mid_run_fail_no_request",
-    "tests/unit/test_passage_cost.py::",
-    "tests/integration/test_passage_bounds.py::",
-)
-
-
-# What differs by engine, run again on Elasticsearch 8 and 9 (-m engines): the dialect (the walking skeleton, kNN
-# in vector and hybrid, the permission oracles), the core-API and by-query write paths (core writes, ingest,
-# --sync's removal, reindex, the principal store's conditional writes, the access record's bulk creates and its
-# searches), analyzers and scores (SparkTide answers, Dify's threshold), mappings (metadata filters, indices made
-# before a field existed, an index that cannot enforce a filter, indices the tools built) and the cost of pattern
-# searches. What runs above the engine (refusals, credentials, deadlines through a proxy, readers, the CLI's
-# arguments, AgentArts, the workbench, SCIM) runs once, on OpenSearch. A module path ending in "::" takes the whole
-# module.
-ENGINES = (
-    "tests/integration/test_walking_skeleton.py::",
-    "tests/integration/test_core_writes.py::",
-    "tests/integration/test_three_protocols_oracle.py::",
-    "tests/integration/test_vector_retrieval.py::",
-    "tests/integration/test_vector_operations.py::",
-    "tests/integration/test_reliability_vector.py::",
-    "tests/integration/test_reliability_reindex.py::",
-    "tests/integration/test_principal_store.py::",
-    "tests/integration/test_elastic_api_key.py::",
-    "tests/integration/test_tool_indices.py::",
-    *(f"tests/integration/test_sparktide_answers.py::{name}" for name in (
-        "test_each_identity_gets_exactly_the_oracle_set", "test_trusted_context_and_query_text_never_change_filters",
-        "test_recheck_drops_mismatches_before_cutting_to_top_k", "test_applied_filters_follow_the_built_query",
-        "test_index_that_cannot_enforce_a_filter_is_refused", "test_no_match_is_an_empty_list",
-        "test_longest_cjk_query_is_answered", "test_legacy_definition_answers_documents",
-        "test_missing_index_is_503_not_an_empty_answer", "test_a_passage_with_markup_residue_is_returned_cleaned_at_rank_one")),
-    *(f"tests/integration/test_dify.py::{name}" for name in (
-        "test_record_shape", "test_top_k", "test_score_threshold_is_applied_and_monotonic", "test_operator",
-        "test_logical_operators", "test_in_nothing_matches_nothing", "test_not_in_nothing_excludes_nothing",
-        "test_acting_subject_equals_agentarts_subject_narrowing")),
-    *(f"tests/integration/test_ingest_lifecycle.py::{name}" for name in (
-        "test_reingest_replaces_all_old_chunks", "test_delete_removes_every_chunk",
-        "test_grant_and_revoke_take_effect_on_the_next_query_everywhere", "test_reindex_swaps_without_a_failed_query",
-        "test_per_document_failures_are_reported", "test_large_load_restores_refresh",
-        "test_ingest_into_an_index_made_before_context_adds_the_field")),
-    *(f"tests/integration/test_ingest_sync.py::{name}" for name in (
-        "test_documents_removed_from_the_folder_leave_the_answers_and_the_others_stay",
-        "test_another_tenants_and_another_sources_documents_with_the_same_ids_are_untouched",
-        "test_removal_deletes_only_the_scope_on_either_write_path",
-        "test_an_index_made_before_source_labels_gets_the_field")),
-    *(f"tests/integration/test_access_record.py::{name}" for name in (
-        "test_each_protocol_answer_and_refusal_has_one_record_without_the_query",
-        "test_records_queued_before_a_sigterm_are_written_before_the_exit",
-        "test_the_access_view_answers_only_its_own_key")),
-    "tests/integration/test_reliability_hostile_costs.py::test_pattern_budget_is_a_400_naming_the_bound",
-)
-
-
-# What Elasticsearch 8 runs of ENGINES (-m es8; 9 runs them all): the dialect treats 8 and 9 alike but for how 9.1+
-# keeps vectors in _source (dialect.py), so 8 runs the protocols over the permission oracle, kNN in vector and
-# hybrid, its API keys and the indices the tools and Elastic's connectors build there.
-ELASTICSEARCH_8 = (
-    "tests/integration/test_walking_skeleton.py::",
-    "tests/integration/test_three_protocols_oracle.py::",
-    "tests/integration/test_vector_retrieval.py::",
-    "tests/integration/test_elastic_api_key.py::",
-    "tests/integration/test_tool_indices.py::",
-)
-assert set(ELASTICSEARCH_8) <= set(ENGINES), "Elasticsearch 8 runs a part of what 9 runs"
+# The marks are written on the tests themselves, each with its reason beside it: `timing` (assertions about time:
+# linearity, cancellation within seconds, starvation, deadlines, soak ceilings; `make test` runs them alone, after
+# the parallel run, so other tests' load cannot fail them), `engines` (what differs by engine, run again on
+# Elasticsearch 9: the dialect, the core-API and by-query write paths, analyzers and scores, mappings, the cost of
+# pattern searches) and `es8` (the part of it Elasticsearch 8 runs too). `grep -rn "mark.engines" tests` lists them.
 
 # The slowest modules (seconds in 4 processes on 2 cores, 12-02), run first: pytest-xdist hands out whole modules
 # (--dist loadfile) in collection order, so a slow module collected last ran on alone at the end (about 40 s).
@@ -392,29 +320,17 @@ def _slow_first(item: pytest.Item) -> int:
     return SLOW_FIRST.index(module) if module in SLOW_FIRST else len(SLOW_FIRST)
 
 
-def _listed(nodeid: str, listed: tuple[str, ...]) -> bool:
-    name = nodeid.split("[", 1)[0]  # a parametrized case is listed by its test's name
-    return any(name == entry or (entry.endswith("::") and nodeid.startswith(entry)) for entry in listed)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks the timing and engines tests and puts the slowest modules first (a stable sort keeps each module's own
-    order). scim2-server's storage contract (test_scim_conformance.py) also tests cursor paging, which the SCIM service does not
-    offer (its configuration announces none): those tests are deselected rather than left to skip, so a skipped test
-    always means one that should have run."""
-    for item in items:
-        if _listed(item.nodeid, TIMING):
-            item.add_marker(pytest.mark.timing)
-        if _listed(item.nodeid, ENGINES):
-            item.add_marker(pytest.mark.engines)
-        if _listed(item.nodeid, ELASTICSEARCH_8):
-            item.add_marker(pytest.mark.es8)
+    """Puts the slowest modules first (a stable sort keeps each module's own order) and holds that Elasticsearch 8
+    runs a part of what 9 runs (an `es8` test is an `engines` test). scim2-server's storage contract
+    (test_scim_conformance.py) also tests cursor paging, which the SCIM service does not offer (its configuration
+    announces none): those tests are deselected rather than left to skip, so a skipped test always means one that
+    should have run."""
     items.sort(key=_slow_first)
-    modules = {item.nodeid.split("::", 1)[0] + "::" for item in items}
-    stale = [entry for entry in (*TIMING, *ENGINES, *ELASTICSEARCH_8) if entry.split("::", 1)[0] + "::" in modules
-             and not any(_listed(item.nodeid, (entry,)) for item in items)]
-    if stale:  # a renamed test would silently leave the Elasticsearch or timing run
-        raise pytest.UsageError(f"tests/conftest.py lists tests that do not exist: {stale}")
+    only_8 = [item.nodeid for item in items
+              if item.get_closest_marker("es8") and not item.get_closest_marker("engines")]
+    if only_8:
+        raise pytest.UsageError(f"es8 without engines (Elasticsearch 8 runs a part of what 9 runs): {only_8}")
     unoffered = [item for item in items
                  if "TestDirectoryStorageContract" in item.nodeid and item.name.startswith("test_cursor")]
     if unoffered:

@@ -73,6 +73,7 @@ def run_access(config: Path, *args: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 
+@pytest.mark.engines  # what differs by engine: the access record's bulk creates
 async def test_each_protocol_answer_and_refusal_has_one_record_without_the_query(
         engine, kb, client_for, prefix, tmp_path) -> None:
     await load_records(engine, kb, DOCS)
@@ -151,6 +152,7 @@ async def test_each_protocol_answer_and_refusal_has_one_record_without_the_query
         await drop_records(engine, prefix)
 
 
+@pytest.mark.engines  # what differs by engine: the access record's bulk creates
 async def test_records_queued_before_a_sigterm_are_written_before_the_exit(opensearch, engine, kb, prefix,
                                                                             tmp_path) -> None:
     await load_records(engine, kb, DOCS)
@@ -256,6 +258,7 @@ VIEW_KEY = "access-view-key-0123456789"
 WORKBENCH_KEY = "workbench-key-0123456789"
 
 
+@pytest.mark.engines  # what differs by engine: the access record's searches
 async def test_the_access_view_answers_only_its_own_key(engine, kb, client_for, prefix) -> None:
     await load_records(engine, kb, DOCS)
     client = await client_for(kb, access_log=access_section(prefix, view_key_ref="VIEW_KEY"),

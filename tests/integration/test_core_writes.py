@@ -16,6 +16,9 @@ from es_provider.core.errors import WriteBlocked
 from es_provider.engine.client import Engine
 from es_provider.ingest import admin
 
+# What differs by engine, the core-API write paths: run on Elasticsearch 9 too (-m engines).
+pytestmark = pytest.mark.engines
+
 RECORDS = [
     {"document_id": f"doc-{i}", "title": f"Document {i}", "tenant_id": "team-a",
      "content": " ".join(f"paragraph {p} of document {i} about installation." * 30 for p in range(4)),

@@ -105,6 +105,7 @@ async def test_trailing_slash_endpoint_and_unknown_fields(client) -> None:
 
 # --- answer shape and settings ---
 
+@pytest.mark.engines  # what differs by engine: analyzers and scores
 async def test_record_shape(client) -> None:
     status, body = await call(client)
     assert status == 200
@@ -123,6 +124,7 @@ async def test_key_scope_applies(client) -> None:
     assert status == 200 and "team-b-doc" not in ids(body)
 
 
+@pytest.mark.engines  # what differs by engine: analyzers and scores
 @pytest.mark.parametrize(("top_k", "expected"), [(None, 6), (1, 1), (3, 3), (500, 6)])
 async def test_top_k(client, top_k, expected) -> None:
     # kb.top_k is 10 in tests: null → 10 (6 visible); above 100 is served as 100.
@@ -138,6 +140,7 @@ async def test_bad_settings_are_400(client, setting) -> None:
     assert status == 400 and body["error_code"] == "KNOWLEDGE_PROTOCOL_ERROR"
 
 
+@pytest.mark.engines  # what differs by engine: analyzers and scores: Dify's threshold
 async def test_score_threshold_is_applied_and_monotonic(client) -> None:
     previous = None
     for threshold in (0.0, 0.1, 0.2, 0.3, 0.4, 0.6, 0.99):
@@ -186,6 +189,7 @@ OPERATOR_CASES = [
 ]
 
 
+@pytest.mark.engines  # what differs by engine: mappings: metadata filters
 @pytest.mark.parametrize(("condition", "expected"), OPERATOR_CASES, ids=lambda c: " ".join(map(str, c)) if isinstance(c, tuple) else None)
 async def test_operator(client, condition, expected) -> None:
     status, body = await call(client, metadata_condition=where(condition))
@@ -193,6 +197,7 @@ async def test_operator(client, condition, expected) -> None:
     assert ids(body) == expected
 
 
+@pytest.mark.engines  # what differs by engine: mappings: metadata filters
 @pytest.mark.parametrize(("logical", "expected"), [
     ("and", {"spec-2025"}), (None, {"spec-2025"}), ("or", {"spec-2024", "spec-2025", "policy-2025"}),
 ])
@@ -250,6 +255,7 @@ async def test_a_blank_condition_changes_nothing(client, blank, logical) -> None
     assert status == status_with == 200 and ids(with_blank) == ids(without) == SPEC_ONLY
 
 
+@pytest.mark.engines  # what differs by engine: mappings: metadata filters
 @pytest.mark.parametrize("blank", [("owner", "in", []), ("owner", "in", ""), ("no_such_key", "in", [])])
 async def test_in_nothing_matches_nothing(client, blank) -> None:
     status, body = await call(client, metadata_condition=where(blank))
@@ -258,6 +264,7 @@ async def test_in_nothing_matches_nothing(client, blank) -> None:
     assert status == 200 and ids(body) == SPEC_ONLY
 
 
+@pytest.mark.engines  # what differs by engine: mappings: metadata filters
 @pytest.mark.parametrize("blank", [("owner", "not in", []), ("owner", "not in", ""), ("no_such_key", "not in", [])])
 async def test_not_in_nothing_excludes_nothing(client, blank) -> None:
     for logical, expected in (("and", SPEC_ONLY), ("or", ALL)):  # true for every chunk, as SQL's NOT IN ()
@@ -318,6 +325,7 @@ def acting(user: Any, *others: tuple[str, str, Any], logical: str = "and") -> di
     return where(("acting_subject", "is", user), *others, logical=logical)
 
 
+@pytest.mark.engines  # what differs by engine: the dialect: the permission filters
 async def test_acting_subject_equals_agentarts_subject_narrowing(engine, kb, client_for) -> None:
     import random
 

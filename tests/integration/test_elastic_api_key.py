@@ -23,6 +23,9 @@ from es_provider.engine.client import connect
 from es_provider.ingest import admin
 from harness.tls_front import Certificates, TlsFront
 
+# What differs by engine, Elasticsearch's own API keys: run on Elasticsearch 8 and 9.
+pytestmark = [pytest.mark.engines, pytest.mark.es8]
+
 KEY_ID, KEY = "VuaCfGcBCdbkQm-e5aOx", "ui2lp2axTNmsyakw9tvNnw"
 ENCODED = base64.b64encode(f"{KEY_ID}:{KEY}".encode()).decode()
 

@@ -375,6 +375,8 @@ async def test_a_process_sweeps_the_replay_index_before_its_first_signed_call(en
         await engine.delete_index(index)
 
 
+# the engine's search task must be gone within seconds of the budget's end: timed, so run alone (-m timing)
+@pytest.mark.timing
 async def test_a_search_stops_on_the_engine_when_its_budget_ends(engine, kb) -> None:
     """When a request's budget ends, its search's connection is closed, and the engine cancels the search task
     (OpenSearch and Elasticsearch cancel a search whose HTTP channel closed): it does not go on burning CPU."""

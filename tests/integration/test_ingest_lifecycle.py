@@ -79,6 +79,7 @@ async def test_every_file_format_and_named_failures(opensearch, engine, kb, tmp_
     assert items[0]["documentId"] == "handbook.md" and items[0]["source"]["locator"] == "Operations handbook > 维护 §1"
 
 
+@pytest.mark.engines  # what differs by engine: the core-API and by-query write paths
 async def test_reingest_replaces_all_old_chunks(engine, kb) -> None:
     long_text = " ".join(f"Sentence number {i} about installation." for i in range(80))
     record = {"document_id": "doc-1", "content": long_text, "acl": {"public": True},
@@ -95,6 +96,7 @@ async def test_reingest_replaces_all_old_chunks(engine, kb) -> None:
     assert len(again) == len(first) and {c["version"] for c in again} == {"v2"}
 
 
+@pytest.mark.engines  # what differs by engine: the core-API and by-query write paths
 async def test_delete_removes_every_chunk(opensearch, engine, kb, tmp_path) -> None:
     await load_records(engine, kb, [
         {"document_id": "gone", "content": " ".join(["Words here."] * 300), "acl": {"public": True}},
@@ -109,6 +111,7 @@ async def test_delete_removes_every_chunk(opensearch, engine, kb, tmp_path) -> N
     assert again.returncode == 1 and "has no chunks" in again.stderr
 
 
+@pytest.mark.engines  # what differs by engine: the core-API and by-query write paths
 async def test_grant_and_revoke_take_effect_on_the_next_query_everywhere(opensearch, engine, kb, tmp_path,
                                                                          client_for) -> None:
     await load_records(engine, kb, [{"document_id": "plan", "title": "Plan", "tenant_id": "team-a",
@@ -148,6 +151,7 @@ async def test_grant_and_revoke_take_effect_on_the_next_query_everywhere(opensea
     assert (await chunks(engine, kb))[0]["acl"] == {"subjects": ["u-alice"], "groups": [], "public": False}
 
 
+@pytest.mark.engines  # what differs by engine: the by-query write paths: reindex
 async def test_reindex_swaps_without_a_failed_query(engine, kb, client_for) -> None:
     await load_records(engine, kb, [{"document_id": f"d{i}", "content": f"alpha installation note {i}",
                                      "tenant_id": "team-a", "acl": {"public": True}} for i in range(300)])
@@ -178,6 +182,7 @@ async def test_reindex_swaps_without_a_failed_query(engine, kb, client_for) -> N
     assert len(await chunks(engine, kb)) == 300
 
 
+@pytest.mark.engines  # what differs by engine: the core-API write paths: bulk item errors
 async def test_per_document_failures_are_reported(engine, kb) -> None:
     from es_provider.ingest.records import DocumentRecord, SourceDocument
     from es_provider.ingest.writer import ingest
@@ -203,6 +208,7 @@ def big_jsonl(path: Path, documents: int) -> Path:
     return path
 
 
+@pytest.mark.engines  # what differs by engine: the core-API write paths: index settings
 async def test_large_load_restores_refresh(opensearch, engine, kb, tmp_path) -> None:
     data = big_jsonl(tmp_path / "big.jsonl", 600)
     result = cli(opensearch, "ingest", "--config", str(write_config(tmp_path, kb)), "--kb", kb.id, str(data))
@@ -304,6 +310,7 @@ def test_invalid_file_options_are_a_clear_message(opensearch, tmp_path) -> None:
     assert done.returncode == 2 and done.stderr.startswith("es-provider: --groups: ")
 
 
+@pytest.mark.engines  # what differs by engine: mappings: an index made before a field existed
 async def test_ingest_into_an_index_made_before_context_adds_the_field(opensearch, engine, tmp_path) -> None:
     """An index created by an older release (strict mapping without `context`) takes a new ingest: the field is
     added first, and the chunks are found through it."""

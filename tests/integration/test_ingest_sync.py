@@ -114,6 +114,7 @@ async def answered(client: Any, execution: str) -> tuple[set[str], set[str]]:
             {record["metadata"]["document_id"] for record in (await dify.json())["records"]})
 
 
+@pytest.mark.engines  # what differs by engine: --sync's removal by query
 async def test_documents_removed_from_the_folder_leave_the_answers_and_the_others_stay(
         wiki, engine, kb, client_for) -> None:
     wiki.files({"alpha.md": doc_text("alpha"), "beta.md": doc_text("beta"), "sub/gamma.md": doc_text("gamma")})
@@ -319,6 +320,7 @@ async def plant_others(engine: Engine, kb: Any) -> set[tuple[str, str | None, st
     return planted
 
 
+@pytest.mark.engines  # what differs by engine: --sync's removal by query
 async def test_another_tenants_and_another_sources_documents_with_the_same_ids_are_untouched(
         wiki, engine, kb) -> None:
     wiki.files({"keep.md": doc_text("keep"), "gone.md": doc_text("gone")})
@@ -341,6 +343,7 @@ async def test_another_tenants_and_another_sources_documents_with_the_same_ids_a
                                       *(others - {("gone.md", None, "wiki"), ("other-3.md", None, "wiki")})}
 
 
+@pytest.mark.engines  # what differs by engine: --sync's removal on both write paths
 @pytest.mark.parametrize("by_query", [None, False], ids=["engine-default", "core-api"])
 async def test_removal_deletes_only_the_scope_on_either_write_path(opensearch, kb, by_query) -> None:
     """The module's removal itself, once through the engine's `_delete_by_query` (where it has one) and once
@@ -448,6 +451,7 @@ async def test_a_source_that_reads_empty_removes_nothing(wiki, engine, kb) -> No
     assert await held(engine, kb) == {("alpha.md", "team-a", "wiki")}
 
 
+@pytest.mark.engines  # what differs by engine: mappings: an index made before a field existed
 async def test_an_index_made_before_source_labels_gets_the_field(opensearch, engine, tmp_path) -> None:
     old = new_kb()
     body = admin.load_index_body()

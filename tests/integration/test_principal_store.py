@@ -11,11 +11,15 @@ import json
 import uuid
 from typing import Any
 
+import pytest
 from helpers.calls import ROUTE, body, headers
 from helpers.setup import api_key, bearer, load_records
 
 from es_provider.identity import directory
 from es_provider.identity.principals import announce_change
+
+# What differs by engine, the principal store's conditional writes: run on Elasticsearch 9 too (-m engines).
+pytestmark = pytest.mark.engines
 
 DOCS = [{"document_id": "eng-plan", "title": "Plan", "tenant_id": "team-a", "content": "installation plan for eng",
          "acl": {"groups": ["eng"]}},

@@ -24,6 +24,9 @@ from es_provider.audit import access
 from es_provider.engine.client import Engine
 from es_provider.ingest import admin
 
+# 503 within 1 s, 504 at the deadline (± 100 ms): timed, so `make test` runs it alone, after the parallel run (-m timing), so other tests' load cannot fail it.
+pytestmark = pytest.mark.timing
+
 CACHE = Path(os.environ.get("ES_PROVIDER_CACHE", Path.home() / ".cache" / "es-provider"))
 DOCS = [{"document_id": f"d{i}", "content": f"alpha note {i}", "tenant_id": "team-a", "acl": {"public": True}}
         for i in range(20)]

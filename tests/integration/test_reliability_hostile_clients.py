@@ -11,6 +11,9 @@ import pytest
 from helpers.served import Served, p99, run_loadgen, write_config
 from helpers.setup import API_KEY, HEAVY, TEST_ENV, load_records
 
+# Another key's p99 beside its p99 alone: timed, so `make test` runs it alone, after the parallel run (-m timing), so other tests' load cannot fail it.
+pytestmark = pytest.mark.timing
+
 PHASE_SECONDS = 30 if HEAVY else 8
 RATE = 40  # the calm key's requests per second
 STALLED = 300  # more than twice the service's slots (max_concurrency 128)

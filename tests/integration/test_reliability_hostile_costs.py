@@ -18,6 +18,9 @@ from helpers.setup import API_KEY, HEAVY, TEST_ENV, load_records
 
 from es_provider.core.metadata import MAX_PATTERN_BYTES, MAX_PATTERN_CONDITIONS, MAX_WILDCARD_CONDITIONS
 
+# A calm key's p50/p99 beside its figures alone: timed, so `make test` runs it alone, after the parallel run (-m timing), so other tests' load cannot fail it.
+pytestmark = pytest.mark.timing
+
 PHASE_SECONDS = 20 if HEAVY else 6
 RATE = 20  # the calm key's requests per second
 SENDERS = 4
@@ -119,6 +122,7 @@ async def test_compressed_bodies_are_refused_uninflated(service: Served, kb, def
         assert spent < 0.15, (path, spent)
 
 
+@pytest.mark.engines  # what differs by engine: the cost of pattern searches
 async def test_pattern_budget_is_a_400_naming_the_bound(service: Served, kb) -> None:
     import aiohttp
 

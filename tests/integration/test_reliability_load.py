@@ -17,6 +17,9 @@ from helpers import calls
 from helpers.served import Served, p99, run_loadgen, write_config
 from helpers.setup import CALLBACK_SECRET, HEAVY, ROOT, TEST_ENV, load_records
 
+# A soak at a steady rate (a stable p99, memory that does not grow): timed, so `make test` runs it alone, after the parallel run (-m timing), so other tests' load cannot fail it.
+pytestmark = pytest.mark.timing
+
 SOAK_SECONDS = 600 if HEAVY else 20
 WINDOWS = 10 if HEAVY else 4  # full size: one per minute
 CEILING_SECONDS = 15 if HEAVY else 5

@@ -15,9 +15,14 @@ import sys
 import time
 from typing import Any
 
+import pytest
 from helpers import oracle
 from helpers.served import write_config
 from helpers.setup import HEAVY, ROOT, SECOND_ENGINE, TEST_ENV, bearer, load_records
+
+# What differs by engine, the by-query write paths (reindex under writes): run on Elasticsearch 9 too
+# (-m engines).
+pytestmark = pytest.mark.engines
 
 # `make test` on OpenSearch: a quarter of `make reliability`'s base, on Elasticsearch an eighth; the write rate stays
 # about the same and races a shorter copy (every kind of write still has to be in flight during it: asserted).

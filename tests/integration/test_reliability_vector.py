@@ -10,11 +10,16 @@ import random
 import time
 from typing import Any
 
+import pytest
 from helpers.acl_random import GROUPS, SUBJECTS, TENANTS, corpus, visible
 from helpers.calls import ROUTE, body, headers
 from helpers.setup import HEAVY, SECOND_ENGINE, bearer, load_records
 
 from es_provider.search.query import VECTOR_FIELD
+
+# What differs by engine, the dialect (kNN in vector and hybrid against the permission oracle): run on
+# Elasticsearch 9 too (-m engines).
+pytestmark = pytest.mark.engines
 
 CHUNKS = 5_000 if HEAVY else 1_200  # 1 % of it must stay above TOP_K
 IDENTITIES = 2_000 if HEAVY else 100 if SECOND_ENGINE else 250  # fewer on Elasticsearch: its kNN dialect is checked

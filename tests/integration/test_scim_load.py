@@ -24,6 +24,9 @@ from helpers.setup import HEAVY, TEST_ENV, load_records
 
 from es_provider.scim.bounds import MAX_FILTER_TERMS, MAX_GROUP_MEMBERS, MAX_OPERATIONS
 
+# A calm caller's p50/p99 alone and beside the SCIM senders, /healthz answering meanwhile: timed, so `make test` runs it alone, after the parallel run (-m timing), so other tests' load cannot fail it.
+pytestmark = pytest.mark.timing
+
 PHASE_SECONDS = 20 if HEAVY else 12
 USERS = 200
 DOCS = [{"document_id": f"d{i}", "title": f"installation {i}", "content": f"installation note {i} alpha beta",

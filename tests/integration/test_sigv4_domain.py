@@ -190,6 +190,8 @@ async def test_a_wrong_secret_is_not_ready_naming_the_signature(service, opensea
         assert front.refused > 0 and front.accepted == 0
 
 
+# a new credential set every 1.5 s, each good for 3.5 s: timed, so run alone (-m timing)
+@pytest.mark.timing
 async def test_short_lived_credentials_renewed_mid_run_fail_no_request(opensearch, client_for, aws_env,
                                                                        tmp_path) -> None:
     period, life = 1.5, 3.5  # a new set every 1.5 s, each accepted until 3.5 s after its period began

@@ -16,6 +16,10 @@ from helpers import acl_corpus
 from helpers.calls import body, headers
 from helpers.setup import bearer, load_records, new_kb
 
+# What differs by engine, the dialect (the three protocols over the permission oracle): run on Elasticsearch 8
+# and 9 too.
+pytestmark = [pytest.mark.engines, pytest.mark.es8]
+
 ALL_TENANTS = sorted({t for _, t in acl_corpus.IDENTITIES if t} | {t for t in acl_corpus.TENANTS if t})
 BOTH = ("TENANT", "SUBJECT")
 

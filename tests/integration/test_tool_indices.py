@@ -28,6 +28,10 @@ from helpers.tool_oracle import KB_ID, ROUTE, ask_every_protocol, crowd, tool_in
 from es_provider.cli import main
 from es_provider.config.knowledge import KnowledgeBase
 
+# What differs by engine, mappings (the indices the tools and Elastic's connectors build there): run on
+# Elasticsearch 8 and 9 too.
+pytestmark = [pytest.mark.engines, pytest.mark.es8]
+
 LAYOUTS = [HAYSTACK_ELASTICSEARCH, CONNECTORS] if SECOND_ENGINE else [LANGCHAIN, LLAMAINDEX, HAYSTACK_OPENSEARCH,
                                                                        CONNECTORS]
 CHUNKS = 600

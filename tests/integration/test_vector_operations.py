@@ -25,6 +25,10 @@ from es_provider.ingest import admin
 from es_provider.search import embedders
 from es_provider.search.query import VECTOR_FIELD
 
+# What differs by engine, the dialect (kNN indices made, filled and reindexed): run on Elasticsearch 9 too
+# (-m engines).
+pytestmark = pytest.mark.engines
+
 FILES = Path(__file__).resolve().parent.parent / "fixtures" / "files"
 
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from helpers import calls
 from helpers.setup import api_key, bearer, load_records, new_kb, vector_kb
 
 from es_provider.ingest import admin
 from es_provider.search.embedders import Cached
+
+# What differs by engine, the dialect (kNN in vector and hybrid): run on Elasticsearch 8 and 9 too.
+pytestmark = [pytest.mark.engines, pytest.mark.es8]
 
 # The paraphrase documents share no content word with their query: only the vector leg can find them.
 DOCS = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
+import pytest
 from helpers import oracle
 from helpers.calls import body, headers
 from helpers.setup import PRINCIPALS, SAMPLE_CORPUS
@@ -12,6 +13,9 @@ from helpers.setup import PRINCIPALS, SAMPLE_CORPUS
 from es_provider.engine.client import Engine
 from es_provider.ingest.records import read_jsonl
 from es_provider.ingest.writer import ingest
+
+# What differs by engine, the dialect (the walking skeleton): run on Elasticsearch 8 and 9 too.
+pytestmark = [pytest.mark.engines, pytest.mark.es8]
 
 
 def visible_documents(subject: str, tenant: str | None) -> set[str]:

@@ -13,6 +13,7 @@ concurrent writers, as fast as the node takes them: records per second one engin
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 import urllib.request
 import uuid
@@ -22,8 +23,8 @@ from typing import Any
 import orjson
 
 from bench.bodies import callback
-from bench.common import SECRET, config_text, loadgen, service, summarise
-from bench.identities import _median, code_version, warnings
+from bench.common import config_text, service, summarise
+from bench.identities import code_version, measured_round, warnings
 
 C32_REQUESTS, C32_WARMUP = 2400, 200
 PREFIX = "bench-access"
@@ -104,20 +105,10 @@ def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: in
                 for mode in order:
                     svc = services[mode]
                     requests, warmup = (C32_REQUESTS, C32_WARMUP) if concurrency == 32 else (300, 30)
-                    before = svc.cpu_seconds()
-                    answer = loadgen({"mode": "service", "target": svc.base + route, "secret": SECRET,
-                                      "bodies": bodies, "concurrency": concurrency, "requests": requests,
-                                      "warmup": warmup})
-                    cpu = svc.cpu_seconds() - before
-                    one = summarise(answer["latencies_ms"], answer["elapsed_s"], answer["errors"])
                     row = runs.setdefault(f"{mode} c{concurrency}", {"lat": [], "sec": 0.0, "err": 0, "rounds": []})
-                    row["lat"].extend(answer["latencies_ms"])
-                    row["sec"] += answer["elapsed_s"]
-                    row["err"] += answer["errors"]
-                    row["rounds"].append({"p50_ms": one["p50_ms"], "p99_ms": one["p99_ms"], "rps": one["rps"],
-                                          "errors": one["errors"], CPU: round(cpu / (requests + warmup) * 1000, 3)})
+                    one = measured_round(svc, route, bodies, concurrency, requests, warmup, row)
                     print(f"  round {r + 1} access record {mode} c{concurrency}: p50 {one['p50_ms']} ms, "
-                          f"{one['rps']} rps, {row['rounds'][-1][CPU]} ms CPU/request", flush=True)
+                          f"{one['rps']} rps, {one[CPU]} ms CPU/request", flush=True)
         time.sleep(2)  # the last batch goes out
         logged = {mode: warnings(svc.logs()) for mode, svc in services.items()}
         with urllib.request.urlopen(on_svc.base + "/metrics", timeout=10) as response:
@@ -131,9 +122,9 @@ def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: in
     for label, row in runs.items():
         per = row["rounds"]
         out[label] = {**summarise(row["lat"], row["sec"], row["err"]), "rounds": per,
-                      "median_round_p50_ms": round(_median([x["p50_ms"] for x in per]), 3),
-                      "median_round_rps": round(_median([x["rps"] for x in per]), 1),
-                      "median_round_cpu_ms_per_request": round(_median([x[CPU] for x in per]), 3)}
+                      "median_round_p50_ms": round(statistics.median([x["p50_ms"] for x in per]), 3),
+                      "median_round_rps": round(statistics.median([x["rps"] for x in per]), 1),
+                      "median_round_cpu_ms_per_request": round(statistics.median([x[CPU] for x in per]), 3)}
 
     def paired(key: str, c: int) -> list[float]:  # on / off within each round
         return [round(a[key] / b[key], 3) for a, b in zip(out[f"on c{c}"]["rounds"], out[f"off c{c}"]["rounds"],

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -68,29 +69,10 @@ def _config(work: Path, url: str, main: dict[str, Any], scoring: str = "") -> Pa
 
 
 async def _direct(url: str, queries: dict[str, str], size: int) -> dict[str, list[tuple[str, float | None]]]:
-    from opensearchpy import AsyncOpenSearch
-
-    client = AsyncOpenSearch(url, timeout=120)
-    gate = asyncio.Semaphore(8)
-    answers: dict[str, list[tuple[str, float | None]]] = {}
-
-    async def one(qid: str, text: str) -> None:
-        async with gate:
-            response = await client.search(index=INDEX, body={"query": {"match": {"text": text[:4096]}},
-                                                              "size": size, "_source": ["metadata.source"]})
-        answers[qid] = [(h["_source"]["metadata"]["source"], h["_score"]) for h in response["hits"]["hits"]]
-
-    try:
-        await asyncio.gather(*(one(qid, text) for qid, text in queries.items()))
-    finally:
-        await client.close()
-    return answers
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return await relevance.engine_answers(
+        url, INDEX, queries, lambda text: {"query": {"match": {"text": text[:4096]}}, "size": size,
+                                           "_source": ["metadata.source"]},
+        document=lambda hit: hit["_source"]["metadata"]["source"])
 
 
 def _cost(services: dict[str, Any], kbs: dict[str, str], queries: list[str], rounds: int) -> dict[str, Any]:
@@ -115,8 +97,8 @@ def _cost(services: dict[str, Any], kbs: dict[str, str], queries: list[str], rou
     added = [round(a["p50_ms"] - b["p50_ms"], 3) for a, b in zip(lang, own, strict=True)]
     ratio = [round(a["service_cpu_ms_per_request"] / b["service_cpu_ms_per_request"], 3)
              for a, b in zip(lang, own, strict=True)]
-    return {"rounds": rows, "added_p50_ms": added, "median_added_p50_ms": round(_median(added), 3),
-            "cpu_ratio": ratio, "median_cpu_ratio": round(_median(ratio), 3)}
+    return {"rounds": rows, "added_p50_ms": added, "median_added_p50_ms": round(statistics.median(added), 3),
+            "cpu_ratio": ratio, "median_cpu_ratio": round(statistics.median(ratio), 3)}
 
 
 def run(work: Path, url: str, data: Path, main: dict[str, Any], rounds: int) -> dict[str, Any]:

@@ -112,17 +112,9 @@ def _median(values: list[float]) -> float:
 
 def ndcg(url: str, kb: dict[str, Any], queries: dict[str, str], qrels: dict[str, dict[str, int]]) -> float:
     """SciFact test nDCG@10 with exactly the body the service builds for this knowledge base (filters on)."""
-    from es_provider.config.knowledge import KnowledgeBase
-    from es_provider.core.acl import Filter, Identity
-    from es_provider.search.domain import SearchRequest
-    from es_provider.search.query import build_search
-
-    definition = KnowledgeBase.model_validate(kb, strict=False)
-    identity = Identity.of("bench", scifact.TENANT, "bench-user", frozenset({scifact.GROUP}))
     run: dict[str, dict[str, float]] = {}
     for qid, text in queries.items():
-        body = build_search(SearchRequest((definition,), text, identity, (Filter.TENANT, Filter.SUBJECT), 10),
-                            timeout_ms=10_000).body
+        body = search_body(kb, text, subject="bench-user", groups=[scifact.GROUP], filters=True)
         hits = _post(f"{url}/{kb['alias']}/_search", body)["hits"]["hits"]
         run[qid] = {}
         for hit in hits[:10]:

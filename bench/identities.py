@@ -27,6 +27,7 @@ import asyncio
 import json
 import random
 import re
+import statistics
 import subprocess
 import time
 import urllib.request
@@ -134,10 +135,21 @@ def code_version() -> dict[str, Any]:
     return {"commit": git("rev-parse", "HEAD") or None, "es_provider_changed_files": changed}
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+def measured_round(svc: Any, route: str, bodies: list[dict[str, Any]], concurrency: int, requests: int, warmup: int,
+                   row: dict[str, Any]) -> dict[str, Any]:
+    """One load against one service, its latencies added to the row's; the round's p50, p99, rate and errors and the
+    service's CPU per request (the rounds' medians are what is compared)."""
+    before = svc.cpu_seconds()
+    answer = loadgen({"mode": "service", "target": svc.base + route, "secret": SECRET, "bodies": bodies,
+                      "concurrency": concurrency, "requests": requests, "warmup": warmup})
+    cpu = svc.cpu_seconds() - before
+    one = summarise(answer["latencies_ms"], answer["elapsed_s"], answer["errors"])
+    row["lat"].extend(answer["latencies_ms"])
+    row["sec"] += answer["elapsed_s"]
+    row["err"] += answer["errors"]
+    row["rounds"].append({"p50_ms": one["p50_ms"], "p99_ms": one["p99_ms"], "rps": one["rps"], "errors": one["errors"],
+                          "service_cpu_ms_per_request": round(cpu / (requests + warmup) * 1000, 3)})
+    return dict(row["rounds"][-1])
 
 
 def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: int) -> dict[str, Any]:
@@ -174,28 +186,18 @@ def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: in
                 else:
                     bodies = warm
                     requests, warmup = (C32_REQUESTS, C32_WARMUP) if concurrency == 32 else (300, 30)
-                before = svc.cpu_seconds()
-                answer = loadgen({"mode": "service", "target": svc.base + route, "secret": SECRET, "bodies": bodies,
-                                  "concurrency": concurrency, "requests": requests, "warmup": warmup})
-                cpu = svc.cpu_seconds() - before
-                one = summarise(answer["latencies_ms"], answer["elapsed_s"], answer["errors"])
                 row = runs.setdefault(label, {"lat": [], "sec": 0.0, "err": 0, "rounds": []})
-                row["lat"].extend(answer["latencies_ms"])
-                row["sec"] += answer["elapsed_s"]
-                row["err"] += answer["errors"]
-                row["rounds"].append({"p50_ms": one["p50_ms"], "p99_ms": one["p99_ms"], "rps": one["rps"],
-                                      "errors": one["errors"],
-                                      "service_cpu_ms_per_request": round(cpu / (requests + warmup) * 1000, 3)})
+                one = measured_round(svc, route, bodies, concurrency, requests, warmup, row)
                 print(f"  round {r + 1} {label}: p50 {one['p50_ms']} ms, {one['rps']} rps, "
-                      f"{row['rounds'][-1]['service_cpu_ms_per_request']} ms CPU/request", flush=True)
+                      f"{one['service_cpu_ms_per_request']} ms CPU/request", flush=True)
         counter_after = counter(url)
         for label, row in runs.items():
             per = row["rounds"]
             out[label] = {**summarise(row["lat"], row["sec"], row["err"]), "rounds": per,
-                          "median_round_p50_ms": round(_median([x["p50_ms"] for x in per]), 3),
-                          "median_round_rps": round(_median([x["rps"] for x in per]), 1),
+                          "median_round_p50_ms": round(statistics.median([x["p50_ms"] for x in per]), 3),
+                          "median_round_rps": round(statistics.median([x["rps"] for x in per]), 1),
                           "median_round_cpu_ms_per_request": round(
-                              _median([x["service_cpu_ms_per_request"] for x in per]), 3)}
+                              statistics.median([x["service_cpu_ms_per_request"] for x in per]), 3)}
 
         # A change to the store: the counter moves, the poller sees it within one poll, the cache is emptied.
         move_counter(url)

@@ -109,8 +109,14 @@ def service_quality(base: str, kb_id: str, queries: dict[str, str], qrels: dict[
 
 # --- straight to the engine: whole documents, and the alternatives tried ---
 
-async def _engine_answers(url: str, index: str, queries: dict[str, str],
-                          body: Callable[[str], dict[str, Any]]) -> dict[str, list[tuple[str, float | None]]]:
+def _document_id(hit: dict[str, Any]) -> str:
+    return hit["_source"]["document_id"]  # type: ignore[no-any-return]
+
+
+async def engine_answers(url: str, index: str, queries: dict[str, str], body: Callable[[str], dict[str, Any]], *,
+                         document: Callable[[dict[str, Any]], str] = _document_id,
+                         ) -> dict[str, list[tuple[str, float | None]]]:
+    """Each query's hits straight from the engine (eight at a time): the document each names and its score."""
     from opensearchpy import AsyncOpenSearch
 
     client = AsyncOpenSearch(url, timeout=120)
@@ -120,7 +126,7 @@ async def _engine_answers(url: str, index: str, queries: dict[str, str],
     async def one(qid: str, text: str) -> None:
         async with semaphore:
             response = await client.search(index=index, body=body(text))
-        answers[qid] = [(h["_source"]["document_id"], h["_score"]) for h in response["hits"]["hits"]]
+        answers[qid] = [(document(h), h["_score"]) for h in response["hits"]["hits"]]
 
     try:
         await asyncio.gather(*(one(qid, text) for qid, text in queries.items()))
@@ -198,7 +204,7 @@ def engine_side(url: str, name: str, records: Path, queries: dict[str, str],
                 qrels: dict[str, dict[str, int]]) -> dict[str, Any]:
     index = f"bench-rel-direct-{name}"
     asyncio.run(_load_index(url, index, records, 16384))
-    answers = asyncio.run(_engine_answers(url, index, queries, _plain_body))
+    answers = asyncio.run(engine_answers(url, index, queries, _plain_body))
     out: dict[str, Any] = {"whole_documents": measure(answers, answers, qrels), "alternatives": []}
     if name == "time":  # its test half too: the queries nothing was chosen on
         held = time_half(0)[1]
@@ -209,7 +215,7 @@ def engine_side(url: str, name: str, records: Path, queries: dict[str, str],
         for label, variant_size, context, collapse, variant_neighbours in VARIANTS:
             if (variant_size, variant_neighbours) != (size, neighbours):
                 continue
-            answers = asyncio.run(_engine_answers(
+            answers = asyncio.run(engine_answers(
                 url, index, queries, lambda t, c=context, o=collapse: _body(t, context=c, collapse=o)))
             row = {"variant": label, "chunks": chunks, **measure(answers, answers, qrels)}
             if name == "time":

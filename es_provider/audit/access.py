@@ -1,10 +1,9 @@
 """The access record (docs/access.md), pure: what one request was — who asked, with which credential, for which
 knowledge bases, what it was answered — as one JSON record, and how records are stored and found.
 
-An `Entry` rides on the request (`request[ENTRY]`) from the error middleware, which makes it, through the
-handler, which notes what it learns as it learns it (credential, identity, knowledge bases, the platform's ids,
-what it served), back to the middleware, which adds the status and hands the record to the recorder
-(recorder.py). Records never hold the query text or any content; with a query key, a keyed hash of the query.
+A record is written once per request, by the error middleware, from the request's exchange (edge/exchange.py:
+what its handler filled in), with the status added, and handed to the recorder (recorder.py). Records never hold
+the query text or any content; with a query key, a keyed hash of the query.
 """
 
 from __future__ import annotations
@@ -17,13 +16,11 @@ import os
 import re
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import orjson
-from aiohttp import web
 
-from es_provider.core.acl import Identity
 from es_provider.search.domain import Served
 
 # Record ids: a random per-process prefix and a counter — unique across workers and instances, and cheap (a uuid4
@@ -36,55 +33,46 @@ def new_id() -> str:
     return f"{_ID_PREFIX}{next(_COUNTER):010x}"
 
 
-@dataclass(slots=True)
-class Entry:
-    """One request's record, filled in while it is handled."""
+class Recorded(Protocol):
+    """What a request's record is written from (edge/exchange.py's Exchange, filled by its handler)."""
 
-    protocol: str
-    route: str
-    method: str
-    remote: str
-    id: str = field(default_factory=new_id)
-    credential: str | None = None  # "callback:<knowledge id>" or "key:<key_ref>" or "workbench"; never a secret
-    app_id: str | None = None
-    tenants: tuple[str, ...] = ()
-    subject: str | None = None  # whom the answer was for
-    acting_subject: str | None = None  # the end user an API key named (AgentArts subject_id, Dify acting_subject)
-    knowledge: list[tuple[str, str | None]] = field(default_factory=list)  # (id, version)
-    request_ids: Mapping[str, str] = field(default_factory=dict)  # runId, traceId, executionId
-    query_hmac: str | None = None
-    served: tuple[Served, ...] = ()
-    query_key: bytes | None = field(default=None, repr=False)  # the server's query key, for query_hmac
+    @property
+    def protocol(self) -> str: ...
+    @property
+    def route(self) -> str: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def remote(self) -> str: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def credential(self) -> str | None: ...
+    @property
+    def app_id(self) -> str | None: ...
+    @property
+    def tenants(self) -> tuple[str, ...]: ...
+    @property
+    def subject(self) -> str | None: ...
+    @property
+    def acting_subject(self) -> str | None: ...
+    @property
+    def request_ids(self) -> Mapping[str, str]: ...
+    @property
+    def knowledge(self) -> list[tuple[str, str | None]]: ...
+    @property
+    def query(self) -> str | None: ...
+    @property
+    def served(self) -> tuple[Served, ...]: ...
 
 
-ENTRY = web.RequestKey("access_entry", Entry)
 REQUEST_ID_FIELDS = {"runId": "run_id", "traceId": "trace_id", "executionId": "execution_id"}
 
 
-def note_identity(request: web.Request, identity: Identity, *, acting_subject: str | None = None) -> None:
-    entry = request.get(ENTRY)
-    if entry is not None:
-        entry.app_id = identity.app_id
-        entry.tenants = tuple(sorted(identity.tenants))
-        entry.subject = identity.subject_id
-        entry.acting_subject = acting_subject
-
-
-def note(request: web.Request, **fields: Any) -> None:
-    """Sets fields of the request's entry (when it has one)."""
-    entry = request.get(ENTRY)
-    if entry is not None:
-        for name, value in fields.items():
-            setattr(entry, name, value)
-
-
-def note_query(request: web.Request, query: str) -> None:
-    """With a query key: 32 hex digits of HMAC-SHA256 of the query under it (repeats correlate; the text is not
-    kept and cannot be tested offline without the key)."""
-    entry = request.get(ENTRY)
-    if entry is not None and entry.query_key is not None:
-        entry.query_hmac = hmac.new(entry.query_key, query.encode("utf-8", "surrogatepass"),
-                                    hashlib.sha256).hexdigest()[:32]
+def query_hmac(query_key: bytes, query: str) -> str:
+    """32 hex digits of HMAC-SHA256 of the query under the server's query key: repeats correlate; the text is not
+    kept and cannot be tested offline without the key."""
+    return hmac.new(query_key, query.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:32]
 
 
 def iso_time(moment: dt.datetime) -> str:
@@ -103,11 +91,13 @@ def now_iso() -> str:
     return f"{_second[1]}{int((now - second) * 1000):03d}Z"
 
 
-def record(entry: Entry, *, status: int, code: str, moment: str, duration_ms: float,
-           worker: int, span: Mapping[str, str] | None = None) -> dict[str, Any]:
+def record(entry: Recorded, *, status: int, code: str, moment: str, duration_ms: float, worker: int,
+           span: Mapping[str, str] | None = None, query_key: bytes | None = None) -> dict[str, Any]:
     """Pure: the stored record. `documents` (each once, in answer order) is what `access --document` searches;
-    `served` keeps every chunk in order with its score; `span` (traces on) the request's OpenTelemetry trace and
-    span ids, as `otel_trace_id` / `otel_span_id` (`trace_id` is SparkTide's own traceId)."""
+    `served` keeps every chunk in order with its score; with a query key, `query_hmac`; `span` (traces on) the
+    request's OpenTelemetry trace and span ids, as `otel_trace_id` / `otel_span_id` (`trace_id` is SparkTide's own
+    traceId)."""
+    chunks = entry.served
     body: dict[str, Any] = {
         "time": moment, "id": entry.id, "protocol": entry.protocol, "route": entry.route,
         "method": entry.method, "status": status, "code": code, "credential": entry.credential,
@@ -115,15 +105,15 @@ def record(entry: Entry, *, status: int, code: str, moment: str, duration_ms: fl
         "acting_subject": entry.acting_subject,
         "knowledge": [{"id": kb, "version": version} for kb, version in entry.knowledge],
         "knowledge_ids": list(dict.fromkeys(kb for kb, _ in entry.knowledge)),
-        "documents": list(dict.fromkeys(document for _, document, _, _ in entry.served)),
+        "documents": list(dict.fromkeys(document for _, document, _, _ in chunks)),
         "served": [{"knowledge_id": kb, "document_id": document, "chunk_id": chunk, "score": score}
-                   for kb, document, chunk, score in entry.served],
+                   for kb, document, chunk, score in chunks],
         "remote": entry.remote, "worker": worker, "duration_ms": round(duration_ms, 2),
     }
     for name, value in entry.request_ids.items():
         body[REQUEST_ID_FIELDS[name]] = value
-    if entry.query_hmac is not None:
-        body["query_hmac"] = entry.query_hmac
+    if query_key is not None and entry.query is not None:
+        body["query_hmac"] = query_hmac(query_key, entry.query)
     if span:
         body["otel_trace_id"], body["otel_span_id"] = span["trace_id"], span["span_id"]
     return body

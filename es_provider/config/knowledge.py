@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from es_provider.config.model import ConfigModel, EnvName, FilterName, Ident
-from es_provider.core.acl import Filter, ordered
+from es_provider.core.acl import Filter, Filters
 from es_provider.core.calibration import Logistic
 from es_provider.core.presets import PRESETS
 from es_provider.core.schema import Schema, metadata_name
@@ -254,13 +254,13 @@ class KnowledgeBase(ConfigModel):
         """An index the service did not create: served read-only."""
         return not self.layout.own
 
-    def key_filters(self, *, end_user: bool = False) -> tuple[Filter, ...]:
+    def key_filters(self, *, end_user: bool = False) -> Filters:
         """The filters an API-key request enforces here: the key's tenant scope always (unless `open_to_keys`),
         plus every mandatory filter; and SUBJECT whenever the request names the end user it acts for (that is what
         naming one is for). `mandatory_filters` is SparkTide's registration; a key's scope is its identity."""
         tenant = () if self.open_to_keys else (Filter.TENANT,)
         subject = (Filter.SUBJECT,) if end_user else ()
-        return ordered([*tenant, *subject, *self.mandatory_filters])
+        return Filters.of([*tenant, *subject, *self.mandatory_filters])
 
     @model_validator(mode="after")
     def _legacy_cannot_filter(self) -> KnowledgeBase:

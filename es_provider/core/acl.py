@@ -141,12 +141,12 @@ def required_fields(rule: Filter, schema: Schema) -> tuple[str, ...]:
     return schema.acl_fields
 
 
-def unenforceable(filters: Iterable[Filter], mapped_fields: Iterable[str], schema: Schema = OWN) -> list[Filter]:
+def unenforceable(filters: Filters, mapped_fields: Iterable[str], schema: Schema = OWN) -> list[Filter]:
     """Filters whose fields the schema lacks or the index does not map: such a filter cannot be enforced, so the
     call is refused (a term on an unmapped field matches nothing, and `public_when_unset`'s "no ACL" would match
     everything)."""
     mapped = set(mapped_fields)
-    return [f for f in ordered(filters) if not (needed := required_fields(f, schema)) or not set(needed) <= mapped]
+    return [f for f in filters if not (needed := required_fields(f, schema)) or not set(needed) <= mapped]
 
 
 def filter_fields(schema: Schema) -> tuple[str, ...]:
@@ -157,34 +157,40 @@ def filter_fields(schema: Schema) -> tuple[str, ...]:
 _ALL_FILTERS = tuple(Filter)
 
 
-def ordered(filters: Iterable[Filter]) -> tuple[Filter, ...]:
-    """Filters in their canonical order, de-duplicated."""
-    wanted = set(filters)
-    return tuple(f for f in _ALL_FILTERS if f in wanted)
+class Filters(tuple[Filter, ...]):
+    """Filters in their canonical order, each once: put in order once per request (`Filters.of`, where the request
+    is made), then read as they are by every rule below — the query's clauses, the re-check, the explanation."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, filters: Iterable[Filter]) -> Filters:
+        wanted = set(filters)
+        return cls(f for f in _ALL_FILTERS if f in wanted)
 
 
-def permission_clauses(identity: Identity, filters: Iterable[Filter],
+def permission_clauses(identity: Identity, filters: Filters,
                        schema: Schema = OWN) -> list[tuple[Filter, Clause]]:
     """The filter-context clauses enforcing `filters` for `identity`, each tagged with the filter it enforces."""
-    return [(f, _RULES[f][0](identity, schema)) for f in ordered(filters)]
+    return [(f, _RULES[f][0](identity, schema)) for f in filters]
 
 
-def visible(source: Mapping[str, Any], identity: Identity, filters: Iterable[Filter], schema: Schema = OWN) -> bool:
+def visible(source: Mapping[str, Any], identity: Identity, filters: Filters, schema: Schema = OWN) -> bool:
     """The same rules as `permission_clauses`, evaluated in Python on one hit's `_source`."""
-    return all(_RULES[f][1](source, identity, schema) for f in ordered(filters))
+    return all(_RULES[f][1](source, identity, schema) for f in filters)
 
 
 Check = Callable[[Mapping[str, Any]], bool]
 
 
-def rechecker(identity: Identity, filters: Iterable[Filter], schema: Schema = OWN) -> Check:
+def rechecker(identity: Identity, filters: Filters, schema: Schema = OWN) -> Check:
     """`visible` for one identity and set of filters, resolved once per request instead of once per hit."""
-    rules = [_RULES[f][1] for f in ordered(filters)]
+    rules = [_RULES[f][1] for f in filters]
     return lambda source: all(rule(source, identity, schema) for rule in rules)
 
 
-def refusing(source: Mapping[str, Any], identity: Identity, filters: Iterable[Filter],
+def refusing(source: Mapping[str, Any], identity: Identity, filters: Filters,
              schema: Schema = OWN) -> tuple[Filter, ...]:
     """The filters whose rule keeps this `_source` from `identity` (empty: `visible`) — the same predicates, so
     an explanation (explain.py) can never disagree with the re-check."""
-    return tuple(f for f in ordered(filters) if not _RULES[f][1](source, identity, schema))
+    return tuple(f for f in filters if not _RULES[f][1](source, identity, schema))

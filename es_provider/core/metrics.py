@@ -87,7 +87,7 @@ class Metrics:
             "es_provider_access_refused_answers", "Answers refused (503) because their access record could not be "
             "kept (on_sink_failure = \"refuse\")", registry=self.registry)
 
-    def answered(self, route: str, status: int, code: str, seconds: float) -> None:
+    def count_request(self, route: str, status: int, code: str, seconds: float) -> None:
         """One request counted and timed. The labelled children are kept (prometheus-client's `labels()` checks
         and locks on every call: a measurable part of a request's CPU)."""
         key = (route, status, code)

@@ -133,18 +133,6 @@ def count_drops(inc: Callable[[int], None]) -> None:
         _exporter.on_dropped = inc
 
 
-def tag(attributes: Mapping[str, str]) -> None:
-    """Attributes on the current span (the request's): ids the caller sent, the knowledge base asked."""
-    span = trace.get_current_span()
-    if span.is_recording():
-        span.set_attributes(dict(attributes))
-
-
-def retrieval(knowledge_id: str) -> dict[str, str]:
-    """The GenAI retrieval conventions' attributes of a knowledge base search."""
-    return {"gen_ai.operation.name": "retrieval", "gen_ai.data_source.id": knowledge_id}
-
-
 @contextmanager
 def server_span(method: str, route: str, headers: Mapping[str, str]) -> Iterator[trace.Span]:
     """A request's span, continuing the caller's trace when it sends a W3C `traceparent`. Never the query, a body
@@ -157,10 +145,13 @@ def server_span(method: str, route: str, headers: Mapping[str, str]) -> Iterator
         yield span
 
 
-def answered(span: trace.Span, status: int, error_code: str, protocol: str | None) -> None:
-    """The answer on its span: status, the protocol and its error code; a 5xx marks the span an error."""
+def finish(span: trace.Span, status: int, error_code: str, protocol: str | None,
+           attributes: Mapping[str, str]) -> None:
+    """The request's span, ended: its attributes (the ids the caller sent, the knowledge base asked), its status,
+    the protocol and its error code; a 5xx marks the span an error."""
     if not span.is_recording():
         return
+    span.set_attributes(dict(attributes))
     span.set_attribute("http.response.status_code", status)
     if protocol:
         span.set_attribute("es_provider.protocol", protocol)

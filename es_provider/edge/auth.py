@@ -125,11 +125,13 @@ def _presented(signature: str) -> str:
     return signature.strip().lower().removeprefix("sha256=")
 
 
-def replay_key(timestamp: str, signature: str, window_s: float) -> tuple[str, float]:
-    """For a signature `verify_signature` accepted: its digest (a name that reveals nothing of it) and the moment
-    its timestamp leaves the window, for a replay store shared by processes (replays.py)."""
-    digest = hashlib.sha256(_presented(signature).encode("utf-8", "surrogateescape")).hexdigest()
-    return digest, _seconds(timestamp) + window_s
+@dataclass(frozen=True, slots=True)
+class Signed:
+    """A signature `verify_signature` accepted, as a replay store shared by processes (replays.py) keeps it: its
+    digest (a name that reveals nothing of it) and the moment its timestamp leaves the window."""
+
+    digest: str
+    expires_at: float
 
 
 def verify_signature(
@@ -142,18 +144,21 @@ def verify_signature(
     future_skew_s: float,
     replays: ReplayCache,
     now: float | None = None,
-) -> bool:
-    """HMAC-SHA256 over `timestamp + "." + body` (hex), with a timestamp window and one use per signature.
+) -> Signed | None:
+    """HMAC-SHA256 over `timestamp + "." + body` (hex), with a timestamp window and one use per signature (in this
+    process): the signature accepted, or None.
 
     Timestamps are ASCII digits only (`"¹⁷".isdigit()` is true in Python, so isdigit() is not enough)."""
     if not timestamp or not signature or _TIMESTAMP.fullmatch(timestamp) is None:
-        return False
+        return None
     now = time.time() if now is None else now
     ts_s = _seconds(timestamp)
     if now - ts_s > window_s or ts_s - now > future_skew_s:
-        return False
+        return None
     expected = hmac.new(secret, timestamp.encode("ascii") + b"." + body, hashlib.sha256).hexdigest()
-    presented = _presented(signature)
-    if not hmac.compare_digest(expected.encode("ascii"), presented.encode("utf-8", "surrogateescape")):
-        return False
-    return replays.first_use(presented, expires_at=ts_s + window_s, now=now)
+    presented = _presented(signature).encode("utf-8", "surrogateescape")
+    if not hmac.compare_digest(expected.encode("ascii"), presented):
+        return None
+    if not replays.first_use(expected, expires_at=ts_s + window_s, now=now):
+        return None
+    return Signed(hashlib.sha256(presented).hexdigest(), ts_s + window_s)

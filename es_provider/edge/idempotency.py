@@ -16,11 +16,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from es_provider.core.errors import ErrorCode, KnowledgeError
-from es_provider.search.domain import Served
+from es_provider.edge.exchange import Answer
 
 Key = tuple[str, ...]
-# The body, what it served (for each request's access record), and its rerank outcome (the X-Rerank header).
-Answer = tuple[bytes, tuple[Served, ...], str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +33,7 @@ _OVERHEAD = 512
 
 
 def _cost(entry: _Entry) -> int:
-    return len(entry.answer[0]) + 64 * len(entry.answer[1]) + _OVERHEAD
+    return len(entry.answer.body) + 64 * len(entry.answer.served) + _OVERHEAD
 
 
 def _reused() -> KnowledgeError:

@@ -17,16 +17,15 @@ import orjson
 from aiohttp import web
 from pydantic import Field
 
-from es_provider.audit import access
 from es_provider.config.knowledge import KnowledgeBase, RetrievalMode
 from es_provider.config.serving import ApiKey
-from es_provider.core import acl
-from es_provider.core.acl import Identity
+from es_provider.core.acl import Filters, Identity
 from es_provider.core.errors import KnowledgeError, forbidden, protocol_error, unauthenticated
 from es_provider.core.strictjson import StrictModel
-from es_provider.edge import auth, kit
+from es_provider.edge import auth, handlers
+from es_provider.edge.exchange import Answer, exchange_of
 from es_provider.edge.service import SERVICES, Services
-from es_provider.search.domain import Chunk, SearchRequest, SearchResult, served
+from es_provider.search.domain import Chunk, SearchRequest, SearchResult
 
 log = logging.getLogger("es_provider.agentarts")
 
@@ -63,7 +62,7 @@ def error_response(error: KnowledgeError) -> web.Response:
 
 
 def _key(request: web.Request, services: Services) -> ApiKey:
-    return kit.api_key(request, services, missing=unauthenticated, unknown=unauthenticated)
+    return handlers.api_key(request, services, missing=unauthenticated, unknown=unauthenticated)
 
 
 def _uint_param(request: web.Request, name: str, default: int, low: int, high: int) -> int:
@@ -106,18 +105,18 @@ def search_request(bases: Sequence[KnowledgeBase], identity: Identity, query: st
         knowledge=tuple(bases),
         query=query,
         identity=identity,
-        filters=acl.ordered(f for kb in bases for f in kb.key_filters(end_user=end_user)),
+        filters=Filters.of(f for kb in bases for f in kb.key_filters(end_user=end_user)),
         top_k=top_k,
         score_threshold=threshold,
         mode=mode,
     )
 
 
-def answered(result: SearchResult, offset: int = 0, limit: int = PAGE) -> kit.Answer:
+def render(result: SearchResult, offset: int = 0, limit: int = PAGE) -> Answer:
     """The page `offset`…`offset + limit` of the ranked chunks; `total` counts them all."""
     page = result.chunks[offset : offset + limit]
     body = {"total": len(result.chunks), "search_result_list": [render_chunk(c) for c in page]}
-    return kit.Answer(orjson.dumps(body), page)
+    return Answer.of(orjson.dumps(body), page, result)
 
 
 def render_chunk(chunk: Chunk) -> dict[str, Any]:
@@ -145,9 +144,9 @@ async def list_bases(request: web.Request) -> web.Response:
         needle = names[0].casefold() if names else ""
         candidates = [kb for kb in services.settings.knowledge
                       if kb.id in key.knowledge and needle in kb.name.casefold()]
-        live = await services.retriever.available([kb.alias for kb in candidates], kit.default_budget(services))
+        live = await services.retriever.available([kb.alias for kb in candidates], handlers.default_budget(services))
         listed = [kb for kb in candidates if kb.alias in live]
-        return kit.answer({
+        return handlers.json_response({
             "total": len(listed),
             "knowledge_base_list": [
                 {"knowledge_base_id": kb.id, "name": kb.name, "description": kb.description}
@@ -159,28 +158,27 @@ async def list_bases(request: web.Request) -> web.Response:
 async def search(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     key = _key(request, services)
-    data = await kit.read_json(request, services)
+    data = await handlers.read_json(request, services)
+    exchange = exchange_of(request)
     async with services.admission.slot(f"key:{key.key_ref}"):
-        req = kit.validate(RetrieveRequest, data)
-        access.note(request, knowledge=[(kb_id, None) for kb_id in dict.fromkeys(req.knowledge_base_ids)])
-        access.note_query(request, req.query)
+        req = handlers.validate(RetrieveRequest, data)
+        exchange.knowledge = [(kb_id, None) for kb_id in dict.fromkeys(req.knowledge_base_ids)]
+        exchange.query = req.query
         bases = readable(services, key, req.knowledge_base_ids)
         narrow = narrowing(req.extra_params)
         mode = narrow.get(MODE_KEY)
         if mode is not None and mode not in MODES:
             raise protocol_error(f"extra_params {MODE_KEY} must be one of {', '.join(MODES)}")
-        budget = kit.default_budget(services)
+        budget = handlers.default_budget(services)
         auth.require_end_user(key, narrow.get("subject_id"), "extra_params subject_id")
         tenants, subject = auth.api_key_scope(key, tenant_id=narrow.get("tenant_id"),
                                               subject_id=narrow.get("subject_id"))
         identity = await services.principals.identity(key.app, tenants, subject, budget, key.groups)
-        access.note_identity(request, identity, acting_subject=narrow.get("subject_id"))
+        exchange.identified(identity, acting_subject=narrow.get("subject_id"))
         result = await services.retriever.search(search_request(
             bases, identity, req.query, top_k=req.top_k, threshold=req.search_threshold,
             mode=next((m for m in MODES if m == mode), None), end_user="subject_id" in narrow), budget)
-        answer = answered(result, req.offset, req.limit)
-        access.note(request, served=served(answer.served))
-        return kit.answer(answer.body, rerank=result.rerank)
+        return handlers.respond(request, render(result, req.offset, req.limit))
 
 
 def _list_of(required: dict[str, Any], **optional: Any) -> dict[str, Any]:
@@ -190,14 +188,14 @@ def _list_of(required: dict[str, Any], **optional: Any) -> dict[str, Any]:
 
 _STRING = {"type": "string"}
 
-PROTOCOL = kit.Protocol(
+PROTOCOL = handlers.Protocol(
     name="agentarts",
     prefixes=("/knowledge-bases",),
     render_error=error_response,
     error_schema={"type": "object", "required": ["error_code", "error_msg"], "properties": {
         "error_code": {"type": "string"}, "error_msg": {"type": "string"}}},
     routes=(
-        kit.Route(
+        handlers.Route(
             "GET", "/knowledge-bases", list_bases,
             summary="AgentArts: knowledge bases this key may read that are available now",
             parameters=(
@@ -209,7 +207,7 @@ PROTOCOL = kit.Protocol(
                 "total": {"type": "integer"}, "knowledge_base_list": _list_of({
                     "knowledge_base_id": _STRING, "name": _STRING, "description": _STRING})}},
         ),
-        kit.Route(
+        handlers.Route(
             "POST", "/knowledge-bases/retrieve", search,
             summary="AgentArts: retrieve chunks across knowledge bases",
             request_model=RetrieveRequest,

@@ -11,14 +11,14 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from es_provider.audit import access
 from es_provider.config.knowledge import KnowledgeBase
-from es_provider.core import metadata, tracing
+from es_provider.core import metadata
 from es_provider.core.acl import Identity
 from es_provider.core.errors import ErrorCode, KnowledgeError, protocol_error
-from es_provider.edge import auth, kit
+from es_provider.edge import auth, handlers
+from es_provider.edge.exchange import Answer, exchange_of
 from es_provider.edge.service import SERVICES
-from es_provider.search.domain import Chunk, SearchRequest, SearchResult, served
+from es_provider.search.domain import Chunk, SearchRequest, SearchResult
 
 log = logging.getLogger("es_provider.dify")
 
@@ -131,8 +131,8 @@ def search_request(kb: KnowledgeBase, identity: Identity, query: str, setting: R
     )
 
 
-def answered(result: SearchResult) -> kit.Answer:
-    return kit.Answer(orjson.dumps({"records": [render_record(c) for c in result.chunks]}), result.chunks)
+def render(result: SearchResult) -> Answer:
+    return Answer.of(orjson.dumps({"records": [render_record(c) for c in result.chunks]}), result.chunks, result)
 
 
 def render_record(chunk: Chunk) -> dict[str, Any]:
@@ -157,19 +157,19 @@ async def misregistered(request: web.Request) -> web.Response:
 
 async def search(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
-    key = kit.api_key(request, services, missing=malformed_authorization, unknown=authorization_failed)
-    data = await kit.read_json(request, services)
+    exchange = exchange_of(request)
+    key = handlers.api_key(request, services, missing=malformed_authorization, unknown=authorization_failed)
+    data = await handlers.read_json(request, services)
     async with services.admission.slot(f"key:{key.key_ref}"):
-        req = kit.validate(RetrievalRequest, data)
-        access.note(request, knowledge=[(req.knowledge_id, None)])
-        tracing.tag(tracing.retrieval(req.knowledge_id))
+        req = handlers.validate(RetrievalRequest, data)
+        exchange.knowledge = [(req.knowledge_id, None)]
         if not req.query:
-            return kit.answer(b'{"records":[]}')  # nothing matches an empty query
+            return handlers.respond(request, Answer(b'{"records":[]}'))  # nothing matches an empty query
         kb = services.settings.knowledge_base(req.knowledge_id)
         if kb is None or kb.id not in key.knowledge:
             raise unknown_knowledge()
         acting, conditions = metadata_conditions(req.metadata_condition)
-        budget = kit.default_budget(services)
+        budget = handlers.default_budget(services)
         auth.require_end_user(key, acting, "the metadata condition acting_subject is <user id>")
         try:
             tenants, subject = auth.api_key_scope(key, subject_id=acting)
@@ -178,33 +178,32 @@ async def search(request: web.Request) -> web.Response:
             refusal.detail = exc.detail
             raise refusal from None
         identity = await services.principals.identity(key.app, tenants, subject, budget, key.groups)
-        access.note_identity(request, identity, acting_subject=acting)
-        access.note_query(request, req.query)
+        exchange.identified(identity, acting_subject=acting)
+        exchange.query = req.query
         async with services.admission.costly(metadata.costly(conditions), budget):
             result = await services.retriever.search(
                 search_request(kb, identity, req.query, req.retrieval_setting, conditions, end_user=acting is not None),
                 budget)
-        answer = answered(result)
-        access.note(request, served=served(answer.served))
-        return kit.answer(answer.body, rerank=result.rerank)
+        return handlers.respond(request, render(result))
 
 _DIFY_RECORDS = {"type": "object", "required": ["records"], "properties": {"records": {"type": "array", "items": {
     "type": "object", "required": ["content", "title", "metadata"], "properties": {
         "content": {"type": "string"}, "score": {"type": "number", "minimum": 0, "maximum": 1},
         "title": {"type": "string"}, "metadata": {"type": "object"}}}}}}
 
-PROTOCOL = kit.Protocol(
+PROTOCOL = handlers.Protocol(
     name="dify",
     prefixes=("/retrieval", "//retrieval"),
     render_error=error_response,
     error_schema={"type": "object", "required": ["error_code", "error_msg"], "properties": {
         "error_code": {"oneOf": [{"type": "string"}, {"type": "integer"}]}, "error_msg": {"type": "string"}}},
     routes=(
-        kit.Route("POST", "/retrieval", search, summary="Dify External Knowledge API",
-                  request_model=RetrievalRequest, answer=_DIFY_RECORDS),
-        kit.Route("POST", "//retrieval", search, summary="the same, for an endpoint registered with a trailing slash",
-                  request_model=RetrievalRequest, answer=_DIFY_RECORDS, in_openapi=False),
-        kit.Route("POST", "/{prefix:.+}/retrieval", misregistered, summary="a misregistered endpoint: 404 saying so",
-                  in_openapi=False),
+        handlers.Route("POST", "/retrieval", search, summary="Dify External Knowledge API",
+                       request_model=RetrievalRequest, answer=_DIFY_RECORDS),
+        handlers.Route("POST", "//retrieval", search,
+                       summary="the same, for an endpoint registered with a trailing slash",
+                       request_model=RetrievalRequest, answer=_DIFY_RECORDS, in_openapi=False),
+        handlers.Route("POST", "/{prefix:.+}/retrieval", misregistered,
+                       summary="a misregistered endpoint: 404 saying so", in_openapi=False),
     ),
 )

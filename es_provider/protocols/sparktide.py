@@ -17,21 +17,19 @@ import orjson
 from aiohttp import web
 from pydantic import Field
 
-from es_provider.audit import access
 from es_provider.config.knowledge import KnowledgeBase
 from es_provider.config.model import FilterName
 from es_provider.config.settings import Settings
-from es_provider.core import tracing
-from es_provider.core.acl import Filter, Identity, ordered
+from es_provider.core.acl import Filter, Filters, Identity
 from es_provider.core.deadline import budget_from_deadline
 from es_provider.core.errors import ErrorCode, KnowledgeError, forbidden, protocol_error, unauthenticated
 from es_provider.core.logs import REQUEST_IDS
 from es_provider.core.strictjson import StrictModel
-from es_provider.edge import auth, kit
-from es_provider.edge.idempotency import Answer
+from es_provider.edge import auth, handlers
+from es_provider.edge.exchange import Answer, exchange_of
 from es_provider.edge.service import SERVICES
 from es_provider.protocols import sparktide_items as items
-from es_provider.search.domain import SearchRequest, SearchResult, served
+from es_provider.search.domain import SearchRequest, SearchResult
 
 log = logging.getLogger("es_provider.sparktide")
 
@@ -105,10 +103,10 @@ def search_request(kb: KnowledgeBase, identity: Identity, query: str, top_k: int
     """Pure: what a callback asks: the registration's mandatory filters and the ones it requires, its topK capped by
     the registration's (no retrieval mode, no threshold)."""
     return SearchRequest(knowledge=(kb,), query=query, identity=identity,
-                         filters=ordered([*kb.mandatory_filters, *required]), top_k=min(top_k, kb.top_k))
+                         filters=Filters.of([*kb.mandatory_filters, *required]), top_k=min(top_k, kb.top_k))
 
 
-def answered(kb: KnowledgeBase, result: SearchResult) -> kit.Answer:
+def render(kb: KnowledgeBase, result: SearchResult) -> Answer:
     """The answer's bytes, in the registration's protocol. The topK cut is the rendering's limit, over every
     candidate: a skipped item's place goes to the next one."""
     if kb.protocol == "legacy":
@@ -116,7 +114,7 @@ def answered(kb: KnowledgeBase, result: SearchResult) -> kit.Answer:
     else:
         envelope = {"protocolVersion": "1.0", "appliedFilters": [f.value for f in result.applied_filters]}
         encoded = items.render(result.ranked, envelope, "items", limit=result.top_k)
-    return kit.Answer(encoded.body, encoded.served, encoded.problems)
+    return Answer.of(encoded.body, encoded.served, result, encoded.problems)
 
 
 def manifest(kb: KnowledgeBase, endpoint: str, version: str | None = None) -> dict[str, Any]:
@@ -139,6 +137,7 @@ def manifest(kb: KnowledgeBase, endpoint: str, version: str | None = None) -> di
 async def callback(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     settings = services.settings
+    exchange = exchange_of(request)
     # Authenticate: the callback secret, then the knowledge base and version it may call.
     token = auth.bearer_token(request.headers.get("Authorization"))
     if token is None:
@@ -148,16 +147,16 @@ async def callback(request: web.Request) -> web.Response:
         raise unauthenticated("callback secret matches no knowledge base")
     kb = settings.knowledge_base(request.match_info["knowledge_id"])
     version = request.match_info["version"]
-    access.note(request, credential=callback_credential(settings, allowed, kb),
-                knowledge=[(request.match_info["knowledge_id"], version)])
+    exchange.credential = callback_credential(settings, allowed, kb)
+    exchange.knowledge = [(request.match_info["knowledge_id"], version)]
     if kb is None or kb.id not in allowed or version not in kb.versions:
         raise forbidden("knowledge base unknown, unpublished or not bound to this credential")
 
     # Read the body; only then does the request take a slot.
-    kit.check_content_type(request)
+    handlers.check_content_type(request)
     raw = await services.admission.body(request)
     async with services.admission.slot(f"callback:{kb.id}"):
-        if kb.signature and not auth.verify_signature(
+        signed = auth.verify_signature(
             services.credentials.callback_secrets[kb.id],
             timestamp=request.headers.get("X-Knowledge-Timestamp"),
             signature=request.headers.get("X-Knowledge-Signature"),
@@ -165,19 +164,18 @@ async def callback(request: web.Request) -> web.Response:
             window_s=settings.server.signature_window_s,
             future_skew_s=settings.server.signature_future_skew_s,
             replays=services.replays,
-        ):
+        ) if kb.signature else None
+        if kb.signature and signed is None:
             raise unauthenticated("signature missing, malformed, expired, from the future, invalid or replayed")
 
         # Validate.
-        data = kit.parse_object(raw)
-        req = kit.validate(CallbackRequest, data)
+        data = handlers.parse_object(raw)
+        req = handlers.validate(CallbackRequest, data)
         ids = {"runId": req.runId, "traceId": req.traceId, "executionId": req.executionId}
         REQUEST_IDS.set(ids)
-        tracing.tag({"sparktide.run_id": req.runId, "sparktide.trace_id": req.traceId,
-                     "sparktide.execution_id": req.executionId, **tracing.retrieval(kb.id)})
-        access.note(request, request_ids=ids, app_id=req.appId, tenants=(req.tenantId,) if req.tenantId else (),
-                    subject=req.subjectId)  # as claimed; the identity replaces it once it is checked
-        access.note_query(request, req.query)
+        # As claimed; the identity replaces them once it is checked.
+        exchange.request_ids, exchange.app_id, exchange.subject = ids, req.appId, req.subjectId
+        exchange.tenants, exchange.query = (req.tenantId,) if req.tenantId else (), req.query
         check_consistency(req, knowledge_id=kb.id, version=version,
                           idempotency_key=request.headers.get("Idempotency-Key"), mandatory=kb.mandatory_filters)
         if req.appId not in kb.apps:
@@ -191,31 +189,25 @@ async def callback(request: web.Request) -> web.Response:
             margin_ms=settings.server.deadline_margin_ms,
             max_ahead_ms=settings.server.max_deadline_ahead_ms,
         )
-        if kb.signature and services.shared_replays is not None:
-            # This process has not seen the signature (checked above); has any other worker or instance?
-            digest, expires_at = auth.replay_key(request.headers["X-Knowledge-Timestamp"],
-                                                 request.headers["X-Knowledge-Signature"],
-                                                 settings.server.signature_window_s)
-            if not await services.shared_replays.first_use(digest, expires_at, budget):
-                raise unauthenticated("signature replayed (first used by another process)")
+        # This process has not seen the signature (checked above); has any other worker or instance?
+        if signed is not None and services.shared_replays is not None \
+                and not await services.shared_replays.first_use(signed.digest, signed.expires_at, budget):
+            raise unauthenticated("signature replayed (first used by another process)")
         identity = await services.principals.identity_of(req.appId, req.tenantId, req.subjectId, budget)
-        access.note_identity(request, identity)
+        exchange.identified(identity)
         wanted = search_request(kb, identity, req.query, req.topK, req.filters.required)
 
         # Search and answer, once per executionId: one execution may ask several knowledge bases, each once; a
         # retry, or a duplicate still in flight, gets the same bytes.
         async def search() -> Answer:
-            result = await services.retriever.search(wanted, budget)
-            answer = answered(kb, result)
+            answer = render(kb, await services.retriever.search(wanted, budget))
             for problem in answer.problems:
                 log.warning("result item: %s", problem, extra={"executionId": req.executionId})
-            return answer.body, served(answer.served), result.rerank
+            return answer
 
         key = (kb.id, version, req.appId, req.executionId)
-        body, chunks, rerank = await services.idempotency.once(key, fingerprint(data, identity), search,
-                                                                time.monotonic)
-        access.note(request, served=chunks)
-        return kit.answer(body, rerank=rerank)
+        answer = await services.idempotency.once(key, fingerprint(data, identity), search, time.monotonic)
+        return handlers.respond(request, answer)
 
 
 def callback_credential(settings: Settings, allowed: Collection[str], kb: KnowledgeBase | None) -> str:
@@ -226,7 +218,7 @@ def callback_credential(settings: Settings, allowed: Collection[str], kb: Knowle
 
 _ERROR_CODES = [code.value for code in ErrorCode]
 
-PROTOCOL = kit.Protocol(
+PROTOCOL = handlers.Protocol(
     name="sparktide",
     prefixes=("/agent/knowledge/",),
     render_error=error_response,
@@ -234,7 +226,7 @@ PROTOCOL = kit.Protocol(
         "error": {"type": "object", "required": ["code"], "additionalProperties": False,
                   "properties": {"code": {"type": "string", "enum": _ERROR_CODES}}}}},
     schemas={"KnowledgeAnswer": items.ANSWER_SCHEMA, "LegacyAnswer": items.LEGACY_SCHEMA},
-    routes=(kit.Route(
+    routes=(handlers.Route(
         "POST", "/agent/knowledge/{knowledge_id}/{version}", callback,
         summary="SparkTide external knowledge callback 1.0 (or legacy)",
         request_model=CallbackRequest,

@@ -65,7 +65,7 @@ from es_provider.config.settings import Settings
 from es_provider.core import raced, strictjson
 from es_provider.core.errors import ErrorCode, KnowledgeError, unauthenticated
 from es_provider.core.logs import text_field
-from es_provider.edge import auth, kit
+from es_provider.edge import address, auth, handlers
 from es_provider.edge.guard import Guard
 from es_provider.edge.service import SERVICES
 from es_provider.engine.client import Engine
@@ -256,7 +256,7 @@ STATE = web.AppKey("scim_state", State)
 
 
 # Wrong tokens, counted as the workbench counts wrong keys (edge/guard.py), in a Guard of SCIM's own, by the
-# client's address (kit.client_address: behind `[server] trusted_proxies`, the client's own, not the proxy's): 10 a
+# client's address (address.client_address: behind `[server] trusted_proxies`, the client's own, not the proxy's): 10 a
 # minute from one address, 1,000 in all, then a wrong token is answered 429 with Retry-After instead of 401. Only
 # wrong tokens: the right one is always accepted, whatever came before from anywhere (issue 52), so nobody who can
 # reach /scim/v2 stops the identity provider's provisioning and revocations. Guessing is then bounded by the
@@ -277,11 +277,11 @@ def locked_out(request: web.Request, why: str, wait: float) -> web.Response:
     """429 in SCIM's error body, with Retry-After: this client (or everybody) used up its wrong tokens."""
     seconds = math.ceil(wait)
     log.warning("scim: %s %s refused: %s; locked out after wrong bearer tokens", request.method, request.path[:200],
-                why, extra={"remote": kit.client_address(request), "retry_after_s": seconds})
+                why, extra={"remote": address.client_address(request), "retry_after_s": seconds})
     response = error_response(KnowledgeError(ErrorCode.RATE_LIMITED,
                                              safe_message="Too many wrong SCIM tokens; retry later."))
     response.headers["Retry-After"] = str(seconds)
-    response[kit.ERROR_CODE] = ErrorCode.RATE_LIMITED.value
+    response[handlers.ERROR_CODE] = ErrorCode.RATE_LIMITED.value
     return response
 
 
@@ -295,11 +295,11 @@ def authenticate(request: web.Request) -> web.Response | None:
     if presented is not None and hmac.compare_digest(presented, request.app[TOKEN]):
         return None
     why = "no bearer token" if presented is None else "wrong bearer token"
-    address = kit.client_address(request)
-    wait = request.app[GUARD].try_key(address, time.monotonic())
+    remote = address.client_address(request)
+    wait = request.app[GUARD].try_key(remote, time.monotonic())
     if wait > 0:
         return locked_out(request, why, wait)
-    log.warning("scim: %s %s refused: %s", request.method, request.path[:200], why, extra={"remote": address})
+    log.warning("scim: %s %s refused: %s", request.method, request.path[:200], why, extra={"remote": remote})
     raise unauthenticated(f"scim: {why}")
 
 
@@ -351,7 +351,7 @@ def audit(request: web.Request, wanted: ScimRequest, response: ScimResponse) -> 
         log.info("scim: refused %d%s%s%s", response.status, text_field("method", wanted.method),
                  text_field("path", wanted.path[:200]),
                  text_field("reason", body.get("scimType") or body.get("detail") or ""),
-                 extra={"remote": kit.client_address(request)})
+                 extra={"remote": address.client_address(request)})
         return
     verb = WRITES.get(service().match(wanted).operation)
     if verb is None:
@@ -366,7 +366,7 @@ def audit(request: web.Request, wanted: ScimRequest, response: ScimResponse) -> 
     elif kind == "Group" and body:
         fields += text_field("displayName", body.get("displayName")) + text_field("members", len(
             body.get("members") or ()))
-    log.info("scim: %s %s %s%s", verb, kind, ident, fields, extra={"remote": kit.client_address(request)})
+    log.info("scim: %s %s %s%s", verb, kind, ident, fields, extra={"remote": address.client_address(request)})
 
 
 def error_response(error: KnowledgeError) -> web.Response:
@@ -381,18 +381,18 @@ def error_response(error: KnowledgeError) -> web.Response:
 _ID = ({"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},)
 _RESOURCE = {"type": "object", "description": "a SCIM resource or ListResponse (application/scim+json)"}
 SCIM_ROUTES = (
-    *(kit.Route("GET", f"{PREFIX}/{name}", serve, summary=f"SCIM discovery: {name}", answer=_RESOURCE)
+    *(handlers.Route("GET", f"{PREFIX}/{name}", serve, summary=f"SCIM discovery: {name}", answer=_RESOURCE)
       for name in ("ServiceProviderConfig", "ResourceTypes", "Schemas")),
     *(route for kind in ("Users", "Groups") for route in (
-        kit.Route("GET", f"{PREFIX}/{kind}", serve, summary=f"list {kind} (filter, startIndex, count, sortBy)",
+        handlers.Route("GET", f"{PREFIX}/{kind}", serve, summary=f"list {kind} (filter, startIndex, count, sortBy)",
                   answer=_RESOURCE),
-        kit.Route("POST", f"{PREFIX}/{kind}", serve, summary=f"create one of {kind}", answer=_RESOURCE),
-        *(kit.Route(method, f"{PREFIX}/{kind}/{{id}}", serve, summary=f"{verb} one of {kind}", parameters=_ID,
+        handlers.Route("POST", f"{PREFIX}/{kind}", serve, summary=f"create one of {kind}", answer=_RESOURCE),
+        *(handlers.Route(method, f"{PREFIX}/{kind}/{{id}}", serve, summary=f"{verb} one of {kind}", parameters=_ID,
                     answer=_RESOURCE)
           for method, verb in (("GET", "read"), ("PUT", "replace"), ("PATCH", "patch"), ("DELETE", "delete"))))),
 )
 
-PROTOCOL = kit.Protocol(
+PROTOCOL = handlers.Protocol(
     name="scim",
     recorded=False,  # SCIM logs every change itself; the access record is about documents served
     prefixes=("/scim/",),
@@ -404,8 +404,8 @@ PROTOCOL = kit.Protocol(
     # /scim/v2, which scim2-server routes (and refuses in SCIM's terms) all the same.
     routes=(
         *SCIM_ROUTES,
-        kit.Route(hdrs.METH_ANY, PREFIX, serve, summary="SCIM 2.0 service provider", in_openapi=False),
-        kit.Route(hdrs.METH_ANY, PREFIX + "/{tail:.*}", serve, summary="SCIM 2.0 service provider",
+        handlers.Route(hdrs.METH_ANY, PREFIX, serve, summary="SCIM 2.0 service provider", in_openapi=False),
+        handlers.Route(hdrs.METH_ANY, PREFIX + "/{tail:.*}", serve, summary="SCIM 2.0 service provider",
                   in_openapi=False),
     ),
 )

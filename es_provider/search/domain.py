@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from es_provider.config.knowledge import KnowledgeBase, RetrievalMode
-from es_provider.core.acl import Filter, Identity
+from es_provider.core.acl import Filters, Identity
 from es_provider.core.metadata import Conditions
 from es_provider.core.schema import Schema
 
@@ -17,7 +17,7 @@ class SearchRequest:
     knowledge: tuple[KnowledgeBase, ...]
     query: str
     identity: Identity
-    filters: tuple[Filter, ...]  # the filters to enforce: the definition's mandatory ones and any the caller asks for
+    filters: Filters  # the filters to enforce: the definition's mandatory ones and any the caller asks for
     top_k: int  # how many chunks to return at most, after the re-check
     score_threshold: float = 0.0
     metadata: Conditions | None = None  # Dify metadata conditions
@@ -60,7 +60,7 @@ class SearchResult:
     # answer takes the next one instead (SparkTide), so an answer still carries min(topK, visible matches) items.
     ranked: tuple[Chunk, ...]
     top_k: int
-    applied_filters: tuple[Filter, ...]
+    applied_filters: Filters
     dropped: int = 0  # hits OpenSearch returned that the re-check refused (security events)
     rerank: str | None = None  # with a rerank stage: "applied", or "first-stage: <reason>" (rerank.py)
     unchecked: int = 0  # hits withheld because their index was not checked behind its alias (security events)

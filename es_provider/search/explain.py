@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from es_provider.core import acl
-from es_provider.core.acl import Filter, Identity
+from es_provider.core.acl import Filter, Filters, Identity
 from es_provider.core.schema import OWN, Schema, document_of, value_at
 
 Rule = Literal["tenant", "subject", "metadata", "no_match", "one_per_document", "threshold", "top_k", "visible"]
@@ -80,7 +80,7 @@ def access_detail(rule: Filter, source: Mapping[str, Any], identity: Identity, s
 def explain(
     chunks: Sequence[Mapping[str, Any]],
     identity: Identity,
-    filters: Sequence[Filter],
+    filters: Filters,
     ranking: Ranking,
     *,
     metadata_matched: set[str] | None = None,

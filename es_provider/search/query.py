@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 from es_provider.core import acl, metadata
-from es_provider.core.acl import Filter
+from es_provider.core.acl import Filters
 from es_provider.core.schema import ID, Schema
 from es_provider.search.domain import SearchRequest
 
@@ -110,7 +110,7 @@ class SearchPlan:
     """The search bodies to run (one; or two, BM25 then kNN, for hybrid) and the permission filters they carry."""
 
     bodies: tuple[dict[str, Any], ...]
-    applied_filters: tuple[Filter, ...]
+    applied_filters: Filters
 
     @property
     def body(self) -> dict[str, Any]:
@@ -137,12 +137,12 @@ def _size(retrieval: SearchRequest) -> int:
 
 def _filters(
     retrieval: SearchRequest, metadata_types: Mapping[str, str] | None
-) -> tuple[list[dict[str, Any]], tuple[Filter, ...]]:
+) -> tuple[list[dict[str, Any]], Filters]:
     tagged = acl.permission_clauses(retrieval.identity, retrieval.filters, retrieval.layout)
     filters: list[dict[str, Any]] = [clause for _, clause in tagged]
     if retrieval.metadata is not None:
         filters.append(metadata.translate(retrieval.metadata, metadata_types or {}))
-    return filters, tuple(f for f, _ in tagged)
+    return filters, retrieval.filters  # each filter has its clause
 
 
 def source_fields(schema: Schema) -> list[str]:

@@ -17,7 +17,7 @@ from pydantic import Field
 from es_provider.audit import access, recorder
 from es_provider.core.errors import protocol_error
 from es_provider.core.strictjson import StrictModel
-from es_provider.edge import kit
+from es_provider.edge import address, handlers
 from es_provider.edge.service import SERVICES
 from es_provider.web import login
 
@@ -41,7 +41,7 @@ class Lookup(StrictModel):
 
 
 async def page(request: web.Request) -> web.Response:
-    log.info("access view: page opened", extra={"remote": kit.client_address(request)})
+    log.info("access view: page opened", extra={"remote": address.client_address(request)})
     return login.static("access.html")
 
 
@@ -51,7 +51,7 @@ async def script(request: web.Request) -> web.Response:
 
 async def served(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
-    ask = kit.validate(Lookup, await kit.read_json(request, services))
+    ask = handlers.validate(Lookup, await handlers.read_json(request, services))
     try:
         since = access.parse_since(ask.since, dt.datetime.now(dt.UTC)) if ask.since else None
     except ValueError:
@@ -59,14 +59,14 @@ async def served(request: web.Request) -> web.Response:
     wanted = access.Wanted(document=ask.document_id, subject=ask.subject, knowledge=ask.knowledge_id, since=since,
                            limit=ask.limit)
     log.info("access view: who was served a document", extra={"knowledge_id": ask.knowledge_id,
-                                                               "remote": kit.client_address(request)})
+                                                               "remote": address.client_address(request)})
     async with services.admission.slot("access-view"):
         found = await request.app[recorder.RECORDER].find(wanted)
     return login.json_answer({"records": found})
 
 
 # Added by create_app only with the access record on and `[access_log] view_key_ref` (app[VIEW_KEY] set).
-PROTOCOL = kit.Protocol(
+PROTOCOL = handlers.Protocol(
     name="access-view",
     prefixes=("/workbench/access",),
     render_error=login.error_response,

@@ -25,8 +25,8 @@ from es_provider.edge.admission import Admission
 from es_provider.edge.auth import ReplayCache, load_credentials
 from es_provider.edge.grants import Grants
 from es_provider.edge.guard import Guard
+from es_provider.edge.handlers import Protocol
 from es_provider.edge.idempotency import IdempotencyCache
-from es_provider.edge.kit import Protocol
 from es_provider.edge.own_indices import Keeper
 from es_provider.edge.replays import SharedReplays
 from es_provider.edge.service import SERVICES, Services

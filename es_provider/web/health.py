@@ -16,8 +16,8 @@ from es_provider.audit.recorder import RECORDER
 from es_provider.core.deadline import Budget, fixed_budget
 from es_provider.core.errors import KnowledgeError
 from es_provider.edge import auth
+from es_provider.edge.address import client_address
 from es_provider.edge.grants import named
-from es_provider.edge.kit import client_address
 from es_provider.edge.service import SERVICES, Services
 from es_provider.web.state import ENGINE, KEEPERS, METRICS, METRICS_TOKEN, OPENAPI
 

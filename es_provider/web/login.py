@@ -25,12 +25,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from es_provider.audit import access
 from es_provider.core.errors import ErrorCode, KnowledgeError, forbidden, unauthenticated
 from es_provider.core.strictjson import StrictModel
-from es_provider.edge import auth, kit
+from es_provider.edge import address, auth, handlers
+from es_provider.edge.exchange import exchange_of
 from es_provider.edge.guard import Guard
-from es_provider.edge.kit import ERROR_CODE
+from es_provider.edge.handlers import ERROR_CODE
 from es_provider.edge.service import SERVICES
 
 log = logging.getLogger("es_provider.workbench")  # the name operators' log filters know
@@ -79,11 +79,11 @@ GUARD = web.AppKey("workbench_guard", Guard)
 def locked_out(request: web.Request, attempted: float) -> web.Response | None:
     """Counts a key attempt from this client (before any body is read, before any comparison), or answers 429 at
     once, with no pause to hold a connection open, when it or everybody has used up the window's failures."""
-    wait = request.app[GUARD].try_key(kit.client_address(request), attempted)
+    wait = request.app[GUARD].try_key(address.client_address(request), attempted)
     if wait <= 0:
         return None
     seconds = math.ceil(wait)
-    log.info("workbench: key attempt refused while locked out", extra={"remote": kit.client_address(request),
+    log.info("workbench: key attempt refused while locked out", extra={"remote": address.client_address(request),
                                                                         "retry_after_s": seconds})
     response = error_response(KnowledgeError(ErrorCode.RATE_LIMITED,
                                              safe_message="Too many wrong workbench keys; retry later."))
@@ -132,16 +132,16 @@ def right_key(request: web.Request, presented: bytes, attempted: float, refusal:
     fingerprint, with the client's address), and the lockout it may start too."""
     guard = request.app[GUARD]
     if hmac.compare_digest(presented, request.app[gate.key]):
-        guard.forgive(kit.client_address(request), attempted)
+        guard.forgive(address.client_address(request), attempted)
         return True
-    fields = {"remote": kit.client_address(request)}
+    fields = {"remote": address.client_address(request)}
     if presented:
         fields["key_fingerprint"] = key_fingerprint(presented)
     log.warning(refusal, extra=fields)
-    wait = guard.wait(kit.client_address(request), attempted)
+    wait = guard.wait(address.client_address(request), attempted)
     if wait > 0:
         log.warning("%s: locked out", gate.name, extra={
-            "remote": kit.client_address(request), "retry_after_s": math.ceil(wait),
+            "remote": address.client_address(request), "retry_after_s": math.ceil(wait),
             "lockout": "everybody" if guard.wait(None, attempted) > 0 else "address"})
     return False
 
@@ -174,7 +174,7 @@ def guarded(handler: Handler, *, page: bool = False, gate: LoginGate) -> Handler
         if request.method == "POST" and not same_origin(request):
             raise forbidden(f"{gate.name}: cross-origin request")
         if session_valid(request.app[gate.key], request.cookies.get(gate.cookie), time.time()):
-            access.note(request, credential=f"{gate.name}:session")
+            exchange_of(request).credential = f"{gate.name}:session"
             return await handler(request)  # a session is no guess: a lockout does not end it
         presented = auth.bearer_token(request.headers.get("Authorization"))
         if presented is not None:
@@ -182,10 +182,11 @@ def guarded(handler: Handler, *, page: bool = False, gate: LoginGate) -> Handler
             if (refusal := locked_out(request, attempted)) is not None:
                 return refusal
             if right_key(request, presented, attempted, f"{gate.name}: key refused", gate):
-                access.note(request, credential=f"{gate.name}:key")
+                exchange_of(request).credential = f"{gate.name}:key"
                 return await handler(request)
         elif page:
-            log.info("%s: page asked for without its key", gate.name, extra={"remote": kit.client_address(request)})
+            log.info("%s: page asked for without its key", gate.name,
+                     extra={"remote": address.client_address(request)})
         if page:  # the login form, and nothing else
             return login_page(gate)
         raise unauthenticated(f"{gate.name}: no valid session cookie or key")
@@ -226,7 +227,7 @@ def login_handler(gate: LoginGate) -> Handler:
             await asyncio.sleep(FAILED_LOGIN_DELAY_S)  # guessing costs time on one connection; the Guard bounds many
             return login_page(gate)
         settings = services.settings
-        log.info("%s: login", gate.name, extra={"remote": kit.client_address(request)})
+        log.info("%s: login", gate.name, extra={"remote": address.client_address(request)})
         response = _see_page(gate)
         response.set_cookie(gate.cookie, session_token(request.app[gate.key],
                                                        int(time.time() + settings.workbench.session_s)),
@@ -253,15 +254,15 @@ def logout_handler(gate: LoginGate) -> Handler:
 
 
 def page_route(method: str, path: str, handler: Handler, summary: str, *, model: type[StrictModel] | None = None,
-           api: bool = False) -> kit.Route:
+           api: bool = False) -> handlers.Route:
     # The JSON API is in /openapi.json and in the access record; the page, its script and the form login are HTML
     # (docs/workbench.md) and logged only.
-    return kit.Route(method, path, handler, summary=summary, request_model=model, in_openapi=api,
+    return handlers.Route(method, path, handler, summary=summary, request_model=model, in_openapi=api,
                      answer={"type": "object"}, recorded=api)
 
 
 def gate_routes(gate: LoginGate, page: Handler, script: Handler, script_name: str, *, page_summary: str,
-                login_summary: str) -> tuple[kit.Route, ...]:
+                login_summary: str) -> tuple[handlers.Route, ...]:
     """A gated page's own routes: the page (its login form without a session), log in, log out, its script."""
     return (
         page_route("GET", gate.path, guarded(page, page=True, gate=gate), page_summary),

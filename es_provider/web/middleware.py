@@ -1,5 +1,6 @@
 """The request's middleware: its server span (trace_middleware), and the one place a failure becomes an answer,
-with every request counted and timed and its access record kept (error_middleware, kept)."""
+with every request counted and timed and its access record written from its exchange (error_middleware,
+with_access_record)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from es_provider.audit.recorder import RECORDER, Recorder
 from es_provider.core import tracing
 from es_provider.core.errors import ClientDisconnected, ErrorCode, KnowledgeError
 from es_provider.core.metrics import Metrics
-from es_provider.edge.kit import ERROR_CODE, Protocol, client_address
+from es_provider.edge.address import client_address
+from es_provider.edge.exchange import EXCHANGE, Exchange
+from es_provider.edge.handlers import ERROR_CODE, Protocol
 from es_provider.edge.service import SERVICES
 
 log = logging.getLogger("es_provider.app")  # the name operators' log filters and the tests know
@@ -56,7 +59,9 @@ def trace_middleware(protocols: tuple[Protocol, ...]) -> Any:
         with tracing.server_span(request.method, route, request.headers) as span:
             response = await handler(request)
             found = owner(request)
-            tracing.answered(span, response.status, response.get(ERROR_CODE, ""), found.name if found else None)
+            exchange = request.get(EXCHANGE)
+            tracing.finish(span, response.status, response.get(ERROR_CODE, ""), found.name if found else None,
+                           trace_attributes(exchange) if exchange is not None else {})
             return response
 
     return middleware
@@ -78,11 +83,9 @@ def error_middleware(protocols: tuple[Protocol, ...], metrics: Metrics, query_ke
         route = resource.canonical if resource is not None else "unmatched"
         protocol = owner(request)
         recorder = request.app.get(RECORDER)
-        entry = None
-        if recorder is not None and protocol is not None and protocol.recorded \
-                and request.match_info.handler not in unrecorded:
-            entry = request[access.ENTRY] = access.Entry(protocol.name, route, request.method,
-                                                         client_address(request), query_key=query_key)
+        exchange = None
+        if protocol is not None:
+            exchange = request[EXCHANGE] = Exchange(protocol.name, route, request.method, client_address(request))
         error: KnowledgeError | None = None
         try:
             services = request.app.get(SERVICES)
@@ -114,43 +117,55 @@ def error_middleware(protocols: tuple[Protocol, ...], metrics: Metrics, query_ke
             response[ERROR_CODE] = error.code.value
             if error.status == 408:
                 response.force_close()  # the rest of a stalled body is not waited for
-        if entry is not None and recorder is not None and protocol is not None:
-            response = kept(entry, response, recorder=recorder, protocol=protocol, metrics=metrics,
-                            started=started)
-        metrics.answered(route, response.status, response.get(ERROR_CODE, ""), time.monotonic() - started)
+        if exchange is not None and recorder is not None and protocol is not None and protocol.recorded \
+                and request.match_info.handler not in unrecorded:
+            response = with_access_record(exchange, response, recorder=recorder, protocol=protocol, metrics=metrics,
+                                          started=started, query_key=query_key)
+        metrics.count_request(route, response.status, response.get(ERROR_CODE, ""), time.monotonic() - started)
         return response
 
     return middleware
 
 
-def _refused(entry: access.Entry, protocol: Protocol, metrics: Metrics, why: str) -> web.StreamResponse:
+def trace_attributes(exchange: Exchange) -> dict[str, str]:
+    """Pure: what the request's span says of its exchange: the platform's own ids, and the GenAI retrieval
+    conventions' attributes when it named one knowledge base. Never the query, an identity or content."""
+    attributes = {f"{exchange.protocol}.{access.REQUEST_ID_FIELDS[name]}": value
+                  for name, value in exchange.request_ids.items()}
+    if len(exchange.knowledge) == 1:
+        attributes.update({"gen_ai.operation.name": "retrieval", "gen_ai.data_source.id": exchange.knowledge[0][0]})
+    return attributes
+
+
+def _refused(exchange: Exchange, protocol: Protocol, metrics: Metrics, why: str) -> web.StreamResponse:
     """The protocol's 503 instead of an answer whose access record cannot be kept."""
     metrics.access_refused.inc()
-    log.warning("refused %s: %s 503 (its access record cannot be kept: %s)", entry.route, ErrorCode.UNAVAILABLE.value,
-                why)
-    entry.served = ()
+    log.warning("refused %s: %s 503 (its access record cannot be kept: %s)", exchange.route,
+                ErrorCode.UNAVAILABLE.value, why)
+    exchange.answer = None
     response = protocol.render_error(KnowledgeError(ErrorCode.UNAVAILABLE))
     response[ERROR_CODE] = ErrorCode.UNAVAILABLE.value
     return response
 
 
-def kept(entry: access.Entry, response: web.StreamResponse, *, recorder: Recorder, protocol: Protocol,
-         metrics: Metrics, started: float) -> web.StreamResponse:
-    """The response, with its access record queued; in "refuse" mode an answer whose record cannot be kept
-    becomes the protocol's 503."""
+def with_access_record(exchange: Exchange, response: web.StreamResponse, *, recorder: Recorder,
+                       protocol: Protocol, metrics: Metrics, started: float,
+                       query_key: bytes | None) -> web.StreamResponse:
+    """The response, with its access record written from its exchange and queued; in "refuse" mode an answer whose
+    record cannot be kept becomes the protocol's 503."""
     if response.status < 400 and recorder.refusing():
-        response = _refused(entry, protocol, metrics, "a sink is down or full")
+        response = _refused(exchange, protocol, metrics, "a sink is down or full")
     span_ids = tracing.ids()  # the request's own span, found from its record and back
 
     def keep(response: web.StreamResponse) -> bool:
-        return recorder.keep(access.record(entry, status=response.status, code=response.get(ERROR_CODE, ""),
+        return recorder.keep(access.record(exchange, status=response.status, code=response.get(ERROR_CODE, ""),
                                            moment=access.now_iso(), duration_ms=(time.monotonic() - started) * 1000,
-                                           worker=os.getpid(), span=span_ids))
+                                           worker=os.getpid(), span=span_ids, query_key=query_key))
 
     with tracing.step("access record"):
         if not keep(response):
             # "refuse" mode, the journal unwritable: the answer is not given; the refusal's record is kept
-            response = _refused(entry, protocol, metrics, "the journal cannot be written")
+            response = _refused(exchange, protocol, metrics, "the journal cannot be written")
             keep(response)
-    response.headers["X-Access-Record"] = entry.id
+    response.headers["X-Access-Record"] = exchange.id
     return response

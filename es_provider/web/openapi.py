@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from es_provider.edge.kit import Protocol
+from es_provider.edge.handlers import Protocol
 
 _REF = "#/components/schemas/{model}"
 # Refusals every protocol route may answer, in its protocol's error body and with no content.

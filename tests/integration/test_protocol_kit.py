@@ -17,7 +17,8 @@ from pydantic import Field
 
 from es_provider.core.errors import KnowledgeError, unauthenticated
 from es_provider.core.strictjson import StrictModel
-from es_provider.edge import auth, kit
+from es_provider.edge import auth, handlers
+from es_provider.edge.exchange import Answer
 from es_provider.edge.service import SERVICES
 from es_provider.search.domain import SearchRequest
 from es_provider.web.app import PROTOCOLS, create_app
@@ -36,27 +37,28 @@ def toy_error(error: KnowledgeError) -> web.Response:
 
 async def toy_search(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
-    key = kit.api_key(request, services, missing=unauthenticated, unknown=unauthenticated)
-    data = await kit.read_json(request, services)
+    key = handlers.api_key(request, services, missing=unauthenticated, unknown=unauthenticated)
+    data = await handlers.read_json(request, services)
     async with services.admission.slot(f"key:{key.key_ref}"):
-        req = kit.validate(ToyRequest, data)
+        req = handlers.validate(ToyRequest, data)
         kb = services.settings.knowledge_base(req.kb)
         if kb is None or kb.id not in key.knowledge:
             raise unauthenticated("not this key's knowledge base")
-        budget = kit.default_budget(services)
+        budget = handlers.default_budget(services)
         tenants, subject = auth.api_key_scope(key)
         identity = await services.principals.identity(key.app, tenants, subject, budget, key.groups)
         result = await services.retriever.search(SearchRequest(
             knowledge=(kb,), query=req.q, identity=identity, filters=kb.key_filters(), top_k=req.k), budget)
-        return kit.answer({"hits": [{"doc": c.document_id, "text": c.content} for c in result.chunks]})
+        body = orjson.dumps({"hits": [{"doc": c.document_id, "text": c.content} for c in result.chunks]})
+        return handlers.respond(request, Answer.of(body, result.chunks, result))
 
 
-TOY = kit.Protocol(
+TOY = handlers.Protocol(
     name="toy",
     prefixes=("/toy/",),
     render_error=toy_error,
     error_schema={"type": "object", "required": ["toy_error"], "properties": {"toy_error": {"type": "string"}}},
-    routes=(kit.Route("POST", "/toy/search", toy_search, summary="a toy protocol", request_model=ToyRequest,
+    routes=(handlers.Route("POST", "/toy/search", toy_search, summary="a toy protocol", request_model=ToyRequest,
                       answer={"type": "object", "properties": {"hits": {"type": "array"}}}),),
 )
 

@@ -10,15 +10,16 @@ import pytest
 from es_provider.audit import access
 from es_provider.config.audit import AccessLogSettings
 from es_provider.config.settings import ConfigError, parse_settings
+from es_provider.edge.exchange import Answer, Exchange
 
 NOW = dt.datetime(2026, 12, 2, 10, 30, 15, 123456, tzinfo=dt.UTC)
 
 
-def entry(**changes: object) -> access.Entry:
-    made = access.Entry("sparktide", "/agent/knowledge/{knowledge_id}/{version}", "POST", "10.0.0.7", id="r1",
+def entry(**changes: object) -> Exchange:
+    made = Exchange("sparktide", "/agent/knowledge/{knowledge_id}/{version}", "POST", "10.0.0.7", id="r1",
                         credential="callback:KB_SECRET", app_id="app-1", tenants=("team-a",), subject="u-alice",
                         knowledge=[("kb", "1.0.0")], request_ids={"runId": "run", "traceId": "t", "executionId": "e"},
-                        served=(("kb", "d1", "d1:0", 0.9), ("kb", "d1", "d1:1", 0.5), ("kb", "d2", "d2:0", None)))
+                        answer=Answer(b"", (("kb", "d1", "d1:0", 0.9), ("kb", "d1", "d1:1", 0.5), ("kb", "d2", "d2:0", None))))
     for name, value in changes.items():
         setattr(made, name, value)
     return made
@@ -40,8 +41,9 @@ def test_record_names_who_what_and_which_documents_in_order() -> None:
 
 
 def test_a_refusal_record_serves_nothing_and_keeps_no_key() -> None:
-    refused = entry(credential=None, served=(), request_ids={}, query_key=b"k" * 32)
-    got = access.record(refused, status=401, code="KNOWLEDGE_ACCESS_DENIED", moment=access.iso_time(NOW), duration_ms=0.1, worker=1)
+    refused = entry(credential=None, answer=None, request_ids={})
+    got = access.record(refused, status=401, code="KNOWLEDGE_ACCESS_DENIED", moment=access.iso_time(NOW), duration_ms=0.1, worker=1,
+                        query_key=b"k" * 32)
     assert (got["documents"], got["served"], got["credential"]) == ([], [], None)
     assert "query_key" not in got and "execution_id" not in got and "query_hmac" not in got
 

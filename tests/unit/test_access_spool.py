@@ -23,6 +23,7 @@ from es_provider.audit.sinks import IndexSink
 from es_provider.audit.spool import Spool, SpoolFull, spool_folder
 from es_provider.config.audit import AccessLogSettings
 from es_provider.core.errors import ErrorCode, KnowledgeError
+from es_provider.edge.exchange import Exchange
 
 # status, the engine's error type, whether the record is dropped (its own content) or kept for another try, id
 REJECTIONS = """
@@ -75,8 +76,8 @@ def rid(n: int) -> str:
 
 def record(n: int) -> dict[str, Any]:
     """An access record as the service makes one (the spool drains nothing else)."""
-    entry = access.Entry("sparktide", "/agent/knowledge/{knowledge_id}/{version}", "POST", "127.0.0.1", id=rid(n),
-                         subject="u-alice", knowledge=[("kb", "1.0.0")])
+    entry = Exchange("sparktide", "/agent/knowledge/{knowledge_id}/{version}", "POST", "127.0.0.1", id=rid(n),
+                     subject="u-alice", knowledge=[("kb", "1.0.0")])
     return access.record(entry, status=200, code="OK", moment=access.now_iso(), duration_ms=1.0, worker=1)
 
 

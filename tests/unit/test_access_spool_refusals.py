@@ -29,6 +29,7 @@ from es_provider.audit.sinks import IndexSink, _storable
 from es_provider.audit.spool import Spool
 from es_provider.audit.spool_key import SpoolKeyError
 from es_provider.config.audit import AccessLogSettings
+from es_provider.edge.exchange import Answer, Exchange
 
 NOW = dt.datetime(2026, 12, 4, 12, 0, 0, tzinfo=dt.UTC)
 KEY = lines.line_key(b"k" * 32, "rec-0123456789abcdef")
@@ -40,13 +41,13 @@ def at(moment: dt.datetime) -> str:
 
 def rec(n: int = 1, moment: dt.datetime = NOW, **changes: Any) -> dict[str, Any]:
     """An access record as access.record makes one, with every optional field."""
-    entry = access.Entry("sparktide", "/agent/knowledge/{knowledge_id}/{version}", "POST", "10.0.0.1",
+    entry = Exchange("sparktide", "/agent/knowledge/{knowledge_id}/{version}", "POST", "10.0.0.1",
                          id=f"{n:026x}", credential="callback:kb", app_id="app-1", tenants=("team-a",),
                          subject="u-alice", acting_subject=None, knowledge=[("kb", "1.0.0"), ("kb2", None)],
-                         request_ids={"runId": "r", "traceId": "t", "executionId": "e"}, query_hmac="ab" * 16,
-                         served=(("kb", "doc-1", "c1", 1.5), ("kb", "doc-1", "c2", None)))
+                         request_ids={"runId": "r", "traceId": "t", "executionId": "e"}, query="q",
+                     answer=Answer(b"", (("kb", "doc-1", "c1", 1.5), ("kb", "doc-1", "c2", None))))
     made = access.record(entry, status=200, code="OK", moment=at(moment), duration_ms=3.25, worker=7,
-                         span={"trace_id": "0" * 32, "span_id": "1" * 16})
+                         span={"trace_id": "0" * 32, "span_id": "1" * 16}, query_key=b"k" * 32)
     return {**made, **changes}
 
 
@@ -132,7 +133,7 @@ def test_a_file_s_lines_counted_by_reason() -> None:
 
 def test_every_record_the_service_makes_has_the_spooled_shape() -> None:
     """A field added to access.record must be added to SpooledRecord, or the drain would refuse every record."""
-    bare = access.record(access.Entry("dify", "/retrieval", "POST", "::1"), status=401, code="UNAUTHORIZED",
+    bare = access.record(Exchange("dify", "/retrieval", "POST", "::1"), status=401, code="UNAUTHORIZED",
                          moment=access.now_iso(), duration_ms=0.1, worker=1)
     for made in (rec(), bare):
         at = dt.datetime.fromisoformat(made["time"].replace("Z", "+00:00"))  # judged at its own time: any day

@@ -5,9 +5,8 @@ import hmac
 
 import pytest
 
-from es_provider.core.errors import ErrorCode, KnowledgeError
+from es_provider.core.errors import KnowledgeError
 from es_provider.edge.auth import Credentials, ReplayCache, bearer_token, callback_knowledge, verify_signature
-from es_provider.edge.idempotency import IdempotencyCache
 
 
 @pytest.mark.parametrize(
@@ -54,7 +53,7 @@ def test_verify_signature(ts: str, signature: str | None, ok: bool) -> None:
     sig = signature if signature is not None else sign(b"k", ts, body)
     result = verify_signature(b"k", timestamp=ts, signature=sig, body=body, window_s=300, future_skew_s=30,
                               replays=ReplayCache(), now=NOW)
-    assert result is ok
+    assert (result is not None) is ok
 
 
 def test_replayed_signature_is_refused_until_the_window_passes() -> None:
@@ -82,18 +81,6 @@ def test_a_full_replay_cache_refuses_rather_than_forgets() -> None:
     assert replays.first_use("b", expires_at=NOW + 10, now=NOW)
     assert not replays.first_use("c", expires_at=NOW + 10, now=NOW)  # forgetting "a" would let it be replayed
     assert replays.first_use("c", expires_at=NOW + 30, now=NOW + 11)  # once they expire there is room again
-
-
-def test_idempotency_cache() -> None:
-    cache = IdempotencyCache(window_s=60)
-    key = ("kb", "1.0.0", "app", "exec")
-    assert cache.get(key, b"f", 0) is None
-    cache.put(key, b"f", (b"answer", (), None), 0)
-    assert cache.get(key, b"f", 59) == (b"answer", (), None)
-    with pytest.raises(KnowledgeError) as caught:
-        cache.get(key, b"other", 59)
-    assert caught.value.code is ErrorCode.REQUEST_REJECTED and caught.value.status == 422
-    assert cache.get(key, b"f", 61) is None
 
 
 def key_settings():
@@ -137,14 +124,15 @@ def test_api_key_identity_never_widens(tenant, subject) -> None:
     assert caught.value.status == 403
 
 
-def test_replay_key_names_a_signature_by_its_digest_and_its_window() -> None:
-    from es_provider.edge.auth import replay_key
-
-    digest, expires = replay_key("1700000000000", "SHA256=ABCDEF", 300)
-    assert digest == replay_key("1700000000000", "abcdef", 300)[0]  # the form verify_signature compares
-    assert len(digest) == 64 and "abcdef" not in digest
-    assert expires == 1_700_000_300.0
-    assert replay_key("1700000000", "abcdef", 300)[1] == 1_700_000_300.0  # seconds or milliseconds
+def test_an_accepted_signature_is_named_by_its_digest_and_its_window() -> None:
+    body = b"{}"
+    for ts, expires in (("1800000000000", 1_800_000_300.0), ("1800000000", 1_800_000_300.0)):  # ms or s
+        plain = sign(b"k", ts, body)
+        forms = [verify_signature(b"k", timestamp=ts, signature=form, body=body, window_s=300, future_skew_s=30,
+                                  replays=ReplayCache(), now=NOW) for form in (plain, "SHA256=" + plain.upper())]
+        assert forms[0] == forms[1]  # the form verify_signature compares
+        assert forms[0] is not None and forms[0].expires_at == expires
+        assert len(forms[0].digest) == 64 and plain not in forms[0].digest
 
 
 @pytest.mark.parametrize(("value", "workers"), [("1", 1), ("4", 4)])

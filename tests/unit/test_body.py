@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from es_provider.core.errors import ErrorCode, KnowledgeError
-from es_provider.edge.kit import parse_object
+from es_provider.edge.handlers import parse_object
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,7 @@ def test_visible_exactly_when_no_permission_rule_fires(seed: int) -> None:
     rng = random.Random(seed)
     for _ in range(200):
         identity = random_identity(rng)
-        filters = acl.ordered(rng.sample(list(Filter), rng.randint(0, 2)))
+        filters = acl.Filters.of(rng.sample(list(Filter), rng.randint(0, 2)))
         chunks = [{"_id": f"c{i}", "_source": random_source(rng)} for i in range(5)]
         # Every chunk ranked, no threshold, topK above the count: only the permission rules can keep one out.
         ranking = explain.Ranking([(c["_id"], c["_source"]["document_id"], 0.9) for c in chunks], top_k=10)

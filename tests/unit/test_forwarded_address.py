@@ -1,4 +1,4 @@
-"""The client's address (issue 52, finding 8): kit.client_address, the one function every log line and guard uses.
+"""The client's address (issue 52, finding 8): address.client_address, the one function every log line and guard uses.
 X-Forwarded-For, or RFC 7239 Forwarded (whichever `[server] forwarded_header` names), is read only when the direct
 peer is in `[server] trusted_proxies`, walked from the right past trusted proxies; the first address no trusted
 proxy is is the client. What cannot be read stops the walk at the nearest address that can be vouched for."""
@@ -14,7 +14,7 @@ from aiohttp.test_utils import make_mocked_request
 
 from es_provider.config.serving import ServerSettings
 from es_provider.config.settings import ConfigError, parse_settings
-from es_provider.edge import kit
+from es_provider.edge import address
 from es_provider.edge.service import SERVICES
 
 XFF = "X-Forwarded-For"
@@ -97,7 +97,7 @@ CASES: list[Any] = [
 @pytest.mark.parametrize(("peer", "header", "lines", "trusted", "client"), CASES)
 def test_the_client_address(peer: str | None, header: str, lines: list[str], trusted: list[str],
                             client: str) -> None:
-    assert kit.client_of(peer, kit.hops(header, lines), kit.networks(tuple(trusted))) == client
+    assert address.client_of(peer, address.hops(header, lines), address.networks(tuple(trusted))) == client
 
 
 def request(peer: str, headers: dict[str, str], **server: Any) -> Any:
@@ -121,14 +121,14 @@ def request(peer: str, headers: dict[str, str], **server: Any) -> Any:
 def test_client_address_reads_the_server_settings(peer: str, headers: dict[str, str], server: dict[str, Any],
                                                   client: str) -> None:
     wanted = request(peer, headers, **server)
-    assert kit.client_address(wanted) == client
-    assert kit.client_address(wanted) == client  # the second time from the request's own memo
+    assert address.client_address(wanted) == client
+    assert address.client_address(wanted) == client  # the second time from the request's own memo
 
 
 def test_client_address_without_services_is_the_peer() -> None:
     transport = mock.Mock()
     transport.get_extra_info.side_effect = lambda name, default=None: ("10.0.0.5", 1) if name == "peername" else default
-    assert kit.client_address(make_mocked_request("GET", "/", headers={XFF: "1.2.3.4"}, app={},
+    assert address.client_address(make_mocked_request("GET", "/", headers={XFF: "1.2.3.4"}, app={},
                                                   transport=transport)) == "10.0.0.5"
 
 

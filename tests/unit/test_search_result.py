@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from helpers.setup import new_kb
 
-from es_provider.protocols.sparktide import answered
+from es_provider.protocols.sparktide import render
 from es_provider.search.domain import Chunk, SearchResult
 
 
@@ -45,5 +45,5 @@ def test_the_answer_is_the_selection_cut_to_top_k(selected: list[str], top_k: in
 @pytest.mark.parametrize("legacy", [pytest.param(False, id="1.0"), pytest.param(True, id="legacy")])
 def test_sparktide_fills_a_skipped_item_from_past_the_cut(selected: list[str], top_k: int, served: list[str],
                                                           legacy: bool) -> None:
-    rendered = answered(new_kb(protocol="legacy", mandatory_filters=[]) if legacy else new_kb(), result(selected, top_k))
-    assert [c.chunk_id for c in rendered.served] == served
+    rendered = render(new_kb(protocol="legacy", mandatory_filters=[]) if legacy else new_kb(), result(selected, top_k))
+    assert [chunk for _, _, chunk, _ in rendered.served] == served

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from es_provider.core.acl import Filter, Identity, permission_clauses, rechecker, visible
+from es_provider.core.acl import Filter, Filters, Identity, permission_clauses, rechecker, visible
 
 ALICE_A = Identity.of("app-1", "team-a", "u-alice", frozenset({"eng"}))
 NO_TENANT = Identity.of("app-1", None, "u-alice")
@@ -54,9 +54,15 @@ def test_visible(name: str, source: dict, identity: Identity, filters: tuple, ex
     assert rechecker(identity, filters)(source) is expected, name  # the per-request form the retrieval flow uses
 
 
-def test_clauses_are_tagged_and_ordered() -> None:
-    tagged = permission_clauses(ALICE_A, [Filter.SUBJECT, Filter.TENANT, Filter.SUBJECT])
-    assert [f for f, _ in tagged] == [Filter.TENANT, Filter.SUBJECT]
+@pytest.mark.parametrize(("given", "canonical"), [
+    ([Filter.SUBJECT, Filter.TENANT, Filter.SUBJECT], (Filter.TENANT, Filter.SUBJECT)),
+    ([Filter.SUBJECT], (Filter.SUBJECT,)),
+    ([], ()),
+])
+def test_filters_are_put_in_order_once_and_clauses_follow_it(given: list[Filter], canonical: tuple[Filter, ...]) -> None:
+    filters = Filters.of(given)
+    assert filters == canonical and Filters.of(filters) == filters
+    assert tuple(f for f, _ in permission_clauses(ALICE_A, filters)) == canonical
 
 
 def test_tenant_clause() -> None:

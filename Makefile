@@ -84,7 +84,7 @@ opensearch-stop:
 # The configuration reference is generated from the settings models (tests/unit/test_config_reference.py fails while
 # it is out of date).
 config-reference: install
-	$(BIN)/python -m es_provider.config.reference > docs/configuration.md
+	$(BIN)/python -m es_provider.offline.reference > docs/configuration.md
 
 # docs/cluster.md's roles are generated from es_provider/engine/privileges.py (tests/repo/test_cluster_doc.py fails
 # while they are out of date).

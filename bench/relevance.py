@@ -45,7 +45,7 @@ def _kb(kb_id: str, **extra: Any) -> dict[str, Any]:
 
 
 def judged(folder: str, split: str, limit: int | None = None) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
-    from es_provider.search.calibrate import load_judgments
+    from es_provider.offline.calibrate import load_judgments
 
     texts, qrels = load_judgments(DATA / folder / "queries.jsonl", DATA / folder / "qrels" / f"{split}.tsv")
     chosen = list(qrels)[:limit] if limit else list(qrels)

@@ -1,5 +1,5 @@
 """`es-provider calibrate`: fits the score mappings on judged queries and prints the `[scoring.*]` tables for the
-configuration (docs/retrieval.md#scores); search/calibrate.py collects and fits, this reads the judged sets."""
+configuration (docs/retrieval.md#scores); offline/calibrate.py collects and fits, this reads the judged sets."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from es_provider.search import embedders
 
 
 def cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
-    from es_provider.search import calibrate
+    from es_provider.offline import calibrate
     from es_provider.search.rerank import Reranker, RerankFault
 
     weights = args.weight or [1.0] * len(args.kb)

@@ -1,7 +1,7 @@
 """`es-provider kb create|list|reindex|drop`: a knowledge base's index lifecycle (ingest/admin.py does the work).
 Each subcommand takes only its own options: `--mappings` and `--replicas` shape a new index (create, reindex),
 `--exist-ok` is create's and `--delete-old` reindex's; list and drop take only the knowledge base. `kb inspect
---index NAME` proposes a [[knowledge]] block for an existing index (core/proposal.py); only it and list write
+--index NAME` proposes a [[knowledge]] block for an existing index (offline/proposal.py); only it and list write
 nothing, and the others refuse an existing index's knowledge base."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import orjson
 from es_provider.cli.common import fail, find_kb, read_only_refusal, with_config, with_engine
 from es_provider.config.settings import Settings
 from es_provider.core.deadline import fixed_budget
-from es_provider.core.proposal import propose
 from es_provider.engine.client import Engine
 from es_provider.ingest import admin
+from es_provider.offline.proposal import propose
 from es_provider.search import embedders
 
 

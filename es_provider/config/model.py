@@ -20,7 +20,7 @@ EnvName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z_
 
 class ConfigModel(StrictModel):
     """The configuration file's models: StrictModel's rules, and each field's docstring is its description
-    (docs/configuration.md is generated from them by config/reference.py). TOML can write `nan` and `inf`: no
+    (docs/configuration.md is generated from them by offline/reference.py). TOML can write `nan` and `inf`: no
     setting means either (a NaN score mapping answered `"score": null` and no threshold filtered), so every float
     refuses them at start, naming its key."""
 

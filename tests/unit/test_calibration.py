@@ -11,7 +11,7 @@ import pytest
 from es_provider.config.knowledge import Calibration, ScoringSettings
 from es_provider.core.calibration import Logistic, calibrate, calibrate_leg, features, fit, fuse, lead_of, usable
 from es_provider.core.presets import PRESETS
-from es_provider.search.calibrate import WEIGHTS, Judged, _equal, _relevant, fit_all, ndcg_at_10
+from es_provider.offline.calibrate import WEIGHTS, Judged, _equal, _relevant, fit_all, ndcg_at_10
 
 SCORING = ScoringSettings()
 MAPPINGS = {"bm25": SCORING.bm25.logistic(), "vector": SCORING.vector.logistic(), "hybrid": SCORING.hybrid.logistic()}

@@ -1,4 +1,4 @@
-"""docs/configuration.md is what es_provider/config/reference.py prints from the settings models: a field added,
+"""docs/configuration.md is what es_provider/offline/reference.py prints from the settings models: a field added,
 a default or a limit changed, a docstring reworded — and the page is regenerated (`make config-reference`)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from es_provider.config.cluster import OpenSearchSettings
 from es_provider.config.identity import DirectorySettings, ScimSettings
 from es_provider.config.knowledge import Calibration, EmbedderSettings, KnowledgeBase, ScoringSettings
 from es_provider.config.model import ConfigModel
-from es_provider.config.reference import reference
 from es_provider.config.serving import ApiKey, ServerSettings, WorkbenchSettings
 from es_provider.config.settings import Settings
+from es_provider.offline.reference import reference
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 MODELS = (Settings, OpenSearchSettings, ServerSettings, WorkbenchSettings, DirectorySettings, ScimSettings,

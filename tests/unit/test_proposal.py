@@ -1,4 +1,4 @@
-"""`kb inspect`'s proposal (core/proposal.py): from a mapping and sampled documents, which fields look like text,
+"""`kb inspect`'s proposal (offline/proposal.py): from a mapping and sampled documents, which fields look like text,
 ids, tenant, ACL, source, metadata and vectors, and what it could not decide; the block it prints is a valid
 [[knowledge]] entry once its CHANGE-ME values are filled in."""
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from es_provider.config.knowledge import KnowledgeBase
-from es_provider.core.proposal import flatten, propose
+from es_provider.offline.proposal import flatten, propose
 
 KW = {"type": "keyword"}
 DYNAMIC = {"type": "text", "fields": {"keyword": {"type": "keyword", "ignore_above": 256}}}

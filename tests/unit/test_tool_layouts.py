@@ -20,7 +20,7 @@ from helpers.setup import new_kb, settings_for
 
 from es_provider.config.knowledge import KnowledgeBase
 from es_provider.core.presets import PRESETS
-from es_provider.core.proposal import flatten, propose
+from es_provider.offline.proposal import flatten, propose
 from es_provider.protocols import dify
 from es_provider.protocols import sparktide_items as items
 from es_provider.search.hits import to_chunk
@@ -78,7 +78,7 @@ def _own() -> dict[str, Any]:
         "bedrock-text", "corp", "es-provider", "content-only", "text-only", "content-embedding-metadata"])
 def test_which_tool_made_the_mapping(properties: dict, preset: str | None) -> None:
     assert _printed(properties, [])["schema"] == (preset or "custom")
-    from es_provider.core.proposal import preset_of
+    from es_provider.offline.proposal import preset_of
 
     found = preset_of(flatten(properties))
     assert (found.preset if found else None) == preset
@@ -149,7 +149,7 @@ def test_a_preset_field_the_index_lacks_is_replaced_not_kept() -> None:
 def test_a_preset_whose_vector_the_index_lacks_is_not_proposed() -> None:
     """No `[knowledge.fields]` entry can take a preset's vector away, and readiness refuses a field the index lacks:
     LangChain's text and metadata without any vector field are served as a custom layout."""
-    from es_provider.core.proposal import preset_of
+    from es_provider.offline.proposal import preset_of
 
     properties = {"text": DYNAMIC, "metadata": {"properties": {"source": DYNAMIC}}}
     assert preset_of(flatten(properties)) is not None

@@ -1,9 +1,9 @@
-"""Pure: the configuration reference (docs/configuration.md) from the settings models (Settings in settings.py, the
-sections in cluster.py, serving.py, knowledge.py, identity.py and audit.py) — every section and field with its
-type, default, constraints and description (the field's docstring), and the rules checked across fields (the
-models' validators' messages). Nothing here is written by hand twice: change a model, then run
+"""Pure: the configuration reference (docs/configuration.md) from the settings models (Settings in
+config/settings.py, the sections in cluster.py, serving.py, knowledge.py, identity.py and audit.py there) — every
+section and field with its type, default, constraints and description (the field's docstring), and the rules checked
+across fields (the models' validators' messages). Nothing here is written by hand twice: change a model, then run
 
-    make config-reference        # or: python -m es_provider.config.reference > docs/configuration.md
+    make config-reference        # or: python -m es_provider.offline.reference > docs/configuration.md
 
 tests/unit/test_config_reference.py fails while docs/configuration.md differs from what this prints.
 """
@@ -270,7 +270,7 @@ def reference(settings: type[BaseModel] = Settings) -> str:
         doc.lines += ["Also refused:", ""] + [f"- {_text(rule)}" for rule in rules] + [""]
     head = ["# Configuration reference", "",
             "<!-- Generated from the models in es_provider/config/ by `make config-reference`"
-            " (es_provider/config/reference.py); do not edit by hand. -->", "", INTRO, ""]
+            " (es_provider/offline/reference.py); do not edit by hand. -->", "", INTRO, ""]
     head += [f"{'  ' * (level - 2)}- [{title}](#{_slug(title)})" for level, title in doc.contents]
     return "\n".join([*head, "", *doc.lines]).rstrip("\n") + "\n"
 

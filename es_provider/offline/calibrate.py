@@ -1,6 +1,6 @@
-"""`es-provider calibrate`: fits each mode's score mapping (calibration.py) on judged queries of one's own.
+"""`es-provider calibrate`: fits each mode's score mapping (core/calibration.py) on judged queries of one's own.
 
-For every judged query it runs the service's own search bodies (query.py) against the knowledge base, labels each
+For every judged query it runs the service's own search bodies (search/query.py) against the knowledge base, labels each
 of the top-10 hits relevant or not from the judgments, and fits per mode: BM25 and vector on their own hits; hybrid
 first picks the BM25 share of the fusion that ranks best (nDCG@10 over the same queries), then fits the fused
 probability. The result is printed as the `[scoring.*]` TOML sections to paste into the configuration.
@@ -114,7 +114,7 @@ async def _reranked(reranker: Reranker, query: str, hits: list[Hit], schema: Sch
 
 
 def _rows(judged: Judged, legs: Mapping[str, Sequence[Hit]], *, per_term: bool) -> list[Row]:
-    """(score, top score, rank, lead, relevant) of each leg's top hits, the score as calibration.py maps it."""
+    """(score, top score, rank, lead, relevant) of each leg's top hits, the score as core/calibration.py maps it."""
     return _scored_rows(judged, {qid: leg_scores(hits[:TOP], per=judged.terms[qid] if per_term else 1)
                                  for qid, hits in legs.items()})
 

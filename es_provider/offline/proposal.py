@@ -1,5 +1,5 @@
 """Pure: a proposed `[[knowledge]]` block for an existing index (`es-provider kb inspect`), from its mapping and a
-sample of its documents: the tool's preset when the mapping is a tool's (presets.py), which fields look like text,
+sample of its documents: the tool's preset when the mapping is a tool's (core/presets.py), which fields look like text,
 ids, tenant, ACL, source, metadata and vectors, what each permission field means in this index, and what could not
 be decided. A proposal to read and correct, never served as it is: the permission fields are the operator's to
 confirm (docs/existing-index.md).
@@ -45,7 +45,7 @@ IGNORE_ABOVE_DEFAULT = 256  # the dynamic mapping's `.keyword` sub-field, where 
 
 @dataclass(frozen=True)
 class Signature:
-    """What marks an index one tool's library made (read off the same code as its preset, presets.py)."""
+    """What marks an index one tool's library made (read off the same code as its preset, core/presets.py)."""
 
     preset: str
     why: str
@@ -296,7 +296,7 @@ def _strings(value: Any) -> list[str]:
 
 
 def _set(value: Any) -> bool:
-    """A value the engine indexes (acl.py's `exists`): not absent, null or a list of nulls."""
+    """A value the engine indexes (core/acl.py's `exists`): not absent, null or a list of nulls."""
     return value is not None and not (isinstance(value, list) and all(v is None for v in value))
 
 

@@ -4,16 +4,12 @@ tests/integration/test_hardening.py)."""
 from __future__ import annotations
 
 import asyncio
-import logging
 
 import pytest
 
 from es_provider.config.knowledge import KnowledgeBase
-from es_provider.core import metadata
 from es_provider.core.acl import Filter
 from es_provider.core.errors import ErrorCode, KnowledgeError
-from es_provider.core.logs import TextFormatter, escape_controls
-from es_provider.ingest.records import RecordError, parse_record
 from es_provider.search.query import MAX_QUERY_UNITS, bounded_text, text_fields
 
 
@@ -40,28 +36,6 @@ def test_api_keys_read_within_their_tenants_on_every_knowledge_base(changes, fil
     assert kb(**changes).key_filters() == filters
 
 
-# --- finding 3: metadata values are bounded before the engine sees them ---
-
-@pytest.mark.parametrize(
-    ("operator", "value", "ok"),
-    [
-        ("contains", "x" * 128, True), ("contains", "x" * 129, False), ("contains", "中" * 400, False),
-        ("not contains", "x" * 129, False), ("start with", "\U00020000" * 129, False), ("end with", "y" * 129, False),
-        ("start with", "\U00020000" * 128, True),
-        ("is", "x" * 1024, True), ("is", "x" * 1025, False), ("is not", "x" * 1025, False),
-        ("in", ["x" * 1024, "y"], True), ("in", ["x" * 1025], False), ("not in", ",".join(["v"] * 1000), True),
-        ("in", [str(i) for i in range(1001)], False),
-    ],
-)
-def test_metadata_values_are_bounded(operator, value, ok) -> None:
-    conditions = [{"name": "k", "comparison_operator": operator, "value": value}]
-    if ok:
-        assert metadata.parse("and", conditions) is not None
-    else:
-        with pytest.raises(metadata.ConditionError, match="at most"):
-            metadata.parse("and", conditions)
-
-
 # --- finding 4: the query bound counts what the analyzers produce ---
 
 @pytest.mark.parametrize(
@@ -84,45 +58,6 @@ def test_supplementary_ideographs_use_the_cjk_fields() -> None:
     assert "content.cjk" in text_fields("\U00020000")
     assert "content.cjk" not in text_fields("plain words")
     assert MAX_QUERY_UNITS * len(text_fields("中")) < 1024
-
-
-# --- finding 6: ingest refuses duplicate keys ---
-
-@pytest.mark.parametrize(
-    "line",
-    [
-        '{"document_id": "d", "content": "x", "tenant_id": "team-b", "tenant_id": ""}',
-        '{"document_id": "d", "content": "x", "acl": {"public": false, "public": true}}',
-        '{"document_id": "d", "content": "x", "metadata": {"k": 1, "k": 2}}',
-    ],
-)
-def test_ingest_refuses_duplicate_keys(line: str) -> None:
-    with pytest.raises(RecordError) as caught:
-        parse_record(line, "docs.jsonl:7")
-    assert str(caught.value).startswith("docs.jsonl:7: record has a duplicate key")
-
-
-def test_ingest_still_reads_good_records() -> None:
-    record = parse_record('{"document_id": "d", "content": "x", "tenant_id": "t"}', "f:1")
-    assert record.tenant_id == "t"
-
-
-# --- finding 8: text logs cannot be forged ---
-
-@pytest.mark.parametrize(
-    ("text", "escaped"),
-    [("a\nb", "a\\x0ab"), ("a\r\nb", "a\\x0d\\x0ab"), ("\x1b[31m", "\\x1b[31m"), ("x\u2028y", "x\\u2028y"),
-     ("中文 ok", "中文 ok")],
-)
-def test_control_characters_are_escaped(text: str, escaped: str) -> None:
-    assert escape_controls(text) == escaped
-
-
-def test_a_newline_in_a_path_stays_on_one_log_line() -> None:
-    record = logging.LogRecord("es_provider.sparktide", logging.INFO, __file__, 1, "refused %s: %s",
-                               ("/x\n2026-12-01 CRITICAL es_provider.security forged", "code"), None)
-    line = TextFormatter("%(levelname)s %(name)s %(message)s").format(record)
-    assert "\n" not in line and line.startswith("INFO es_provider.sparktide refused /x\\x0a")
 
 
 # --- finding 2: admission: per-credential slots, turns round-robin across credentials ---

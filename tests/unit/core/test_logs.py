@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from es_provider.core.logs import JsonFormatter, TextFormatter
+from es_provider.core.logs import JsonFormatter, TextFormatter, escape_controls
 
 TEXT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
@@ -43,3 +43,20 @@ def test_audit_fields_reach_json_and_text_lines(extra: dict[str, Any], json_fiel
     text = TextFormatter(TEXT).format(record(**extra))
     assert "\n" not in text and "\u2028" not in text and "\x85" not in text
     assert text.endswith("INFO es_provider.workbench workbench: search" + text_tail), text
+
+
+# Hardening finding 8: a value's control characters are escaped, so a text log line cannot be forged.
+@pytest.mark.parametrize(
+    ("text", "escaped"),
+    [("a\nb", "a\\x0ab"), ("a\r\nb", "a\\x0d\\x0ab"), ("\x1b[31m", "\\x1b[31m"), ("x\u2028y", "x\\u2028y"),
+     ("中文 ok", "中文 ok")],
+)
+def test_control_characters_are_escaped(text: str, escaped: str) -> None:
+    assert escape_controls(text) == escaped
+
+
+def test_a_newline_in_a_path_stays_on_one_log_line() -> None:
+    record = logging.LogRecord("es_provider.sparktide", logging.INFO, __file__, 1, "refused %s: %s",
+                               ("/x\n2026-12-01 CRITICAL es_provider.security forged", "code"), None)
+    line = TextFormatter("%(levelname)s %(name)s %(message)s").format(record)
+    assert "\n" not in line and line.startswith("INFO es_provider.sparktide refused /x\\x0a")

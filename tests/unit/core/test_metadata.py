@@ -140,3 +140,24 @@ def test_malformed_conditions_stay_errors(condition: dict) -> None:
 )
 def test_parse_accepts_what_fits_the_budget(conditions: list) -> None:
     assert parse("or", conditions) is not None
+
+
+# Hardening finding 3: metadata values are bounded before the engine sees them.
+@pytest.mark.parametrize(
+    ("operator", "value", "ok"),
+    [
+        ("contains", "x" * 128, True), ("contains", "x" * 129, False), ("contains", "中" * 400, False),
+        ("not contains", "x" * 129, False), ("start with", "\U00020000" * 129, False), ("end with", "y" * 129, False),
+        ("start with", "\U00020000" * 128, True),
+        ("is", "x" * 1024, True), ("is", "x" * 1025, False), ("is not", "x" * 1025, False),
+        ("in", ["x" * 1024, "y"], True), ("in", ["x" * 1025], False), ("not in", ",".join(["v"] * 1000), True),
+        ("in", [str(i) for i in range(1001)], False),
+    ],
+)
+def test_metadata_values_are_bounded(operator, value, ok) -> None:
+    conditions = [{"name": "k", "comparison_operator": operator, "value": value}]
+    if ok:
+        assert parse("and", conditions) is not None
+    else:
+        with pytest.raises(ConditionError, match="at most"):
+            parse("and", conditions)

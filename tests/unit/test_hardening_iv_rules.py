@@ -5,27 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
-from es_provider.core.errors import origin_of
-
-
-@pytest.mark.parametrize(
-    ("url", "origin"),
-    [
-        ("https://user:pa55@host.example:9200/path?api_key=abc#frag", "https://host.example:9200"),
-        ("http://127.0.0.1:9300/", "http://127.0.0.1:9300"),
-        ("https://search.example.com/prefix/_search", "https://search.example.com"),
-        ("http://[::1]:9200/x", "http://[::1]:9200"),
-        ("http://host:99999/", "http://host"),
-        ("/relative/path?token=x", "an unnamed origin"),
-        ("", "an unnamed origin"),
-    ],
-)
-def test_an_origin_never_carries_credentials_path_or_query(url: str, origin: str) -> None:
-    assert origin_of(url) == origin
-
-
 # --- 2. Only hits of checked indices are served ---
 
 class _Mappings:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from es_provider.config.knowledge import KnowledgeBase
-from es_provider.core.acl import Identity
+from es_provider.core.acl import Filters, Identity
 from es_provider.core.calibration import Hit, Logistic, Row, calibrate_leg, fit, fuse, lead_of, leg_scores
 from es_provider.core.deadline import Budget
 from es_provider.core.schema import OWN, Schema, document_of, value_at
@@ -83,7 +83,7 @@ async def collect(
     candidates = reranker.settings.candidates if reranker is not None else 0
     for qid, text in judged.queries.items():
         judged.terms[qid] = query_terms(text)
-        request = SearchRequest((kb,), text, identity, (), TOP, candidates=candidates)
+        request = SearchRequest((kb,), text, identity, Filters(), TOP, candidates=candidates)
         budget = Budget(time.monotonic() + 60.0)
         if embedder is None:
             response = await engine.search(kb.alias, build_search(request, timeout_ms=60_000).body, budget)

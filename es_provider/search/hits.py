@@ -49,7 +49,7 @@ def _mapped(source: Mapping[str, Any], schema: Schema, document_id: str) -> tupl
 def to_chunk(hit: Mapping[str, Any], *, knowledge_id: str, score: float | None, schema: Schema = OWN,
              whole_over: int | None = None) -> Chunk:
     """`whole_over`: a text longer than this is a whole document, kept as stored: its passage is repaired once cut
-    (retrieval.with_passages), so markup repair reads a passage, never a whole document (134 ms for 3M characters
+    (passage_cutting.with_passages), so markup repair reads a passage, never a whole document (134 ms for 3M characters
     with residue, on the event loop)."""
     source = hit.get("_source")
     if not isinstance(source, dict | Mapping):

@@ -8,24 +8,21 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from es_provider.config.knowledge import KnowledgeBase, RetrievalMode, ScoringSettings
-from es_provider.core import acl, metadata, tracing
+from es_provider.core import acl, tracing
 from es_provider.core.calibration import calibrate, calibrate_leg, fuse
 from es_provider.core.deadline import Budget
 from es_provider.core.errors import ErrorCode, KnowledgeError, forbidden, protocol_error
-from es_provider.core.markup import has_markup, strip_markup
-from es_provider.core.metadata import Conditions
 from es_provider.core.naming import alias_of_index
-from es_provider.core.schema import OWN, Schema
+from es_provider.core.schema import Schema
 from es_provider.engine.client import Engine
 from es_provider.search import layout
 from es_provider.search.domain import Chunk, SearchRequest, SearchResult
 from es_provider.search.embedders import Embedder
 from es_provider.search.hits import MalformedHit, to_chunk
-from es_provider.search.passage import passage
+from es_provider.search.passage_cutting import with_passages
 from es_provider.search.query import (
     SearchPlan,
     bounded_text,
@@ -33,15 +30,12 @@ from es_provider.search.query import (
     build_knn,
     build_search,
     query_terms,
-    source_fields,
 )
 from es_provider.search.rerank import Reranker, Stage
+from es_provider.search.ttl_cache import TtlCache
 
 log = logging.getLogger("es_provider.retrieval")
 security_log = logging.getLogger("es_provider.security")
-
-K = TypeVar("K")
-V = TypeVar("V")
 
 
 def resolve_mode(retrieval: SearchRequest) -> tuple[RetrievalMode, str | None]:
@@ -156,50 +150,6 @@ async def run_search(
                         dropped=dropped, rerank=outcome, unchecked=unchecked)
 
 
-# Passages are cut in threads of their own (issue 52: a 3M-character document held the event loop 1.7 s a hit): the
-# work per hit is bounded (passage.py) but a request may carry many whole documents. Two threads: the interpreter runs
-# one at a time anyway, and the default executor stays free for what else runs in threads (secret files, the spool).
-_PASSAGES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="es-provider-passage")
-
-
-def cut_passages(texts: Sequence[tuple[str, int]], query: str, expires_at: float,
-                 clock: Callable[[], float] = time.monotonic) -> list[tuple[str, bool]] | None:
-    """Each (text, size)'s passage, its markup residue removed (and whether there was some), or None when the
-    deadline (`clock` seconds) passes before the last is cut. Cut first, repaired then: repair reads the passage."""
-    cut = []
-    for text, size in texts:
-        if clock() >= expires_at:
-            return None
-        part = passage(text, query, size)
-        repaired = has_markup(part)
-        cut.append((strip_markup(part) if repaired else part, repaired))
-    return cut
-
-
-async def with_passages(chunks: list[Chunk], query: str, sizes: Mapping[str, int], budget: Budget) -> list[Chunk]:
-    """The chunks, a text longer than its knowledge base's `passage_chars` (`sizes`, by id) cut to its passage, off
-    the event loop; one whose passage holds markup and no text is skipped, as to_chunk skips such a chunk. The
-    deadline passing first is the protocol's timeout error: an answer after it is read by no one, and the start of
-    a document in place of its passage would be a worse answer passed off as the best."""
-    long = [n for n, chunk in enumerate(chunks) if len(chunk.content) > sizes[chunk.knowledge_id]]
-    if not long:
-        return chunks
-    texts = [(chunks[n].content, sizes[chunks[n].knowledge_id]) for n in long]
-    cut = await asyncio.get_running_loop().run_in_executor(_PASSAGES, cut_passages, texts, query, budget.expires_at)
-    if cut is None:
-        raise KnowledgeError(ErrorCode.TIMED_OUT, detail="cutting passages of whole documents outlived the deadline")
-    cut_by = dict(zip(long, cut, strict=True))
-    kept = []
-    for n, chunk in enumerate(chunks):
-        text, repaired = cut_by.get(n, (chunk.content, chunk.repaired))
-        if not text:
-            log.error("skipped malformed chunk: its passage holds markup and no text",
-                      extra={"chunk_id": chunk.chunk_id})
-            continue
-        kept.append(dataclasses.replace(chunk, content=text, repaired=repaired) if n in cut_by else chunk)
-    return kept
-
-
 def indices_of(responses: list[dict[str, Any]]) -> set[str]:
     """Pure: the concrete indices the hits of these responses came from."""
     return {str(hit.get("_index", "")) for response in responses for hit in response.get("hits", {}).get("hits", [])}
@@ -258,27 +208,6 @@ def _rechecked(retrieval: SearchRequest, responses: list[dict[str, Any]], plan: 
 
 def below(chunk: Chunk, threshold: float) -> bool:
     return threshold > 0 and (chunk.score is None or chunk.score < threshold)
-
-
-class TtlCache(Generic[K, V]):
-    """A value per key for `ttl_s` seconds after it was put, on `clock` (monotonic seconds). Unbounded: its keys
-    are index expressions, a handful per deployment."""
-
-    __slots__ = ("_clock", "_entries", "_ttl_s")
-
-    def __init__(self, ttl_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self._ttl_s = ttl_s
-        self._clock = clock
-        self._entries: dict[K, tuple[float, V]] = {}  # key → (expiry, value)
-
-    def get(self, key: K) -> V | None:
-        entry = self._entries.get(key)
-        if entry is not None and entry[0] > self._clock():
-            return entry[1]
-        return None
-
-    def put(self, key: K, value: V) -> None:
-        self._entries[key] = (self._clock() + self._ttl_s, value)
 
 
 class Retriever:
@@ -400,7 +329,9 @@ class Retriever:
                 self.unchecked.setdefault(kb.alias, set()).update(stray)
         return frozenset(served)
 
-    async def _metadata_types(self, index: str, budget: Budget) -> dict[str, str]:
+    async def metadata_types(self, index: str, budget: Budget) -> dict[str, str]:
+        """The types of `index`'s metadata fields, cached for a few seconds: what a metadata condition is translated
+        with, by the search and by the workbench's "why not?"."""
         types = self._metadata.get(index)
         if types is None:
             types = await self._engine.metadata_types(index, budget)
@@ -443,7 +374,7 @@ class Retriever:
             # Configured for vectors but indexed without them: refuse rather than quietly answer with BM25.
             fix = "; run `es-provider kb reindex`" if schema.own else ""
             raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"{index} has no {schema.vector} field{fix}")
-        types = await self._metadata_types(index, budget) if retrieval.metadata is not None else None
+        types = await self.metadata_types(index, budget) if retrieval.metadata is not None else None
         vector = await self._query_vector(embedder_name, retrieval.query, budget) if embedder_name else None
         rerank = None
         if self._rerank is not None and self._reranks({kb.id for kb in retrieval.knowledge}, mode):
@@ -463,27 +394,6 @@ class Retriever:
         if result.unchecked and self._on_unchecked is not None:
             self._on_unchecked(result.unchecked)
         return result
-
-    # --- for the workbench's "why not?" (operator view: no permission filter here; acl.py judges the chunks) ---
-
-    async def stored_chunks(self, alias: str, which: dict[str, Any], limit: int, budget: Budget, *,
-                            schema: Schema = OWN) -> list[dict[str, Any]]:
-        """The stored chunks (`_id`, `_source`) that `which` selects, unranked."""
-        found = await self._engine.search(alias, {"size": limit, "_source": source_fields(schema),
-                                                  "query": {"bool": {"filter": [which]}}}, budget)
-        hits: list[dict[str, Any]] = found.get("hits", {}).get("hits", [])
-        return hits
-
-    async def matching(self, alias: str, ids: list[str], clause: dict[str, Any], budget: Budget) -> set[str]:
-        """Which of the chunks `ids` match `clause` at all."""
-        body = {"size": len(ids), "_source": False,
-                "query": {"bool": {"filter": [{"ids": {"values": ids}}], "must": [clause]}}}
-        found = await self._engine.search(alias, body, budget)
-        return {str(hit.get("_id")) for hit in found.get("hits", {}).get("hits", [])}
-
-    async def metadata_clause(self, alias: str, conditions: Conditions, budget: Budget) -> dict[str, Any]:
-        """The filter clause a search builds for these metadata conditions (the same types cache)."""
-        return metadata.translate(conditions, await self._metadata_types(alias, budget))
 
     async def available(self, aliases: list[str], budget: Budget) -> set[str]:
         """Which of `aliases` exist now (point at an index) and so can be searched."""

@@ -24,18 +24,18 @@ import orjson
 from aiohttp import web
 from pydantic import Field
 
+from es_provider.audit import access
 from es_provider.config.knowledge import KnowledgeBase, RetrievalMode
 from es_provider.core import metadata
 from es_provider.core.acl import Identity
 from es_provider.core.errors import KnowledgeError, protocol_error
 from es_provider.core.schema import document_clause
 from es_provider.core.strictjson import StrictModel
-from es_provider.edge import address, handlers
-from es_provider.edge.exchange import Answer, exchange_of
+from es_provider.edge import kit
 from es_provider.edge.service import SERVICES, Services
 from es_provider.protocols import agentarts, dify, sparktide
 from es_provider.search import explain, explain_queries
-from es_provider.search.domain import SearchRequest, SearchResult, Served
+from es_provider.search.domain import Chunk, SearchRequest, SearchResult, served
 from es_provider.search.query import text_clause
 from es_provider.search.retrieval import resolve_mode
 from es_provider.web import login
@@ -55,7 +55,7 @@ MAX_DOCUMENT_CHUNKS = 500
 
 
 async def page(request: web.Request) -> web.Response:
-    log.info("workbench: page opened", extra={"remote": address.client_address(request)})
+    log.info("workbench: page opened", extra={"remote": kit.client_address(request)})
     return login.static("workbench.html")
 
 
@@ -86,7 +86,7 @@ async def identity_of(services: Services, ask: Ask) -> Identity:
     """The impersonated identity: groups come from the principal store (the live directory, then
     `[principals]`), as for every protocol."""
     return await services.principals.identity_of("workbench", ask.tenant or None, ask.subject or None,
-                                                 handlers.default_budget(services))
+                                                 kit.default_budget(services))
 
 
 def protocol_request(name: ProtocolName, kb: KnowledgeBase, identity: Identity, ask: Ask) -> SearchRequest:
@@ -105,18 +105,18 @@ def protocol_request(name: ProtocolName, kb: KnowledgeBase, identity: Identity, 
     return dify.search_request(kb, identity, ask.query, setting, conditions, end_user=end_user)
 
 
-def render(name: ProtocolName, kb: KnowledgeBase, result: SearchResult) -> Answer:
+def answered(name: ProtocolName, kb: KnowledgeBase, result: SearchResult) -> kit.Answer:
     """What the platform's handler answers (AgentArts: its default page)."""
     if name == "sparktide":
-        return sparktide.render(kb, result)
+        return sparktide.answered(kb, result)
     if name == "agentarts":
-        return agentarts.render(result)
-    return dify.render(result)
+        return agentarts.answered(result)
+    return dify.answered(result)
 
 
-async def _read(request: web.Request, model: type[handlers.Model]) -> handlers.Model:
+async def _read(request: web.Request, model: type[kit.Model]) -> kit.Model:
     services = request.app[SERVICES]
-    return handlers.validate(model, await handlers.read_json(request, services))
+    return kit.validate(model, await kit.read_json(request, services))
 
 
 def _kb(services: Services, kb_id: str) -> KnowledgeBase:
@@ -142,26 +142,26 @@ async def search(request: web.Request) -> web.Response:
     ask = await _read(request, Ask)
     kb = _kb(services, ask.knowledge_id)
     identity = await identity_of(services, ask)
-    exchange = exchange_of(request)
-    exchange.knowledge, exchange.query = [(kb.id, None)], ask.query
-    exchange.identified(identity)
+    access.note(request, knowledge=[(kb.id, None)])
+    access.note_identity(request, identity)
+    access.note_query(request, ask.query)
     log.info("workbench: search", extra={"knowledge_id": kb.id, "as_tenant": ask.tenant, "as_subject": ask.subject,
-                                         "remote": address.client_address(request)})
+                                         "remote": kit.client_address(request)})
     answers: dict[str, Any] = {}
-    shown: dict[str, Served] = {}  # every chunk the page shows, once, for the access record
+    shown: list[Chunk] = []  # every chunk the page shows, for the access record
     requests = {name: protocol_request(name, kb, identity, ask) for name in PROTOCOLS}  # bad input: 400, no search
     async with services.admission.slot("workbench"):
         for name, wanted in requests.items():
             started = time.monotonic()
-            budget = handlers.default_budget(services)
+            budget = kit.default_budget(services)
             try:
                 async with services.admission.costly(metadata.costly(wanted.metadata), budget):
                     result = await services.retriever.search(wanted, budget)
             except KnowledgeError as exc:
                 answers[name] = {"refused": exc.code.value, "message": exc.safe_message}
                 continue
-            answer = render(name, kb, result)
-            shown.update((served[2], served) for served in answer.served)
+            answer = answered(name, kb, result)
+            shown.extend(answer.served)
             answers[name] = {
                 "body": orjson.Fragment(answer.body),  # the platform's own bytes, never parsed back
                 "appliedFilters": [f.value for f in result.applied_filters],
@@ -170,7 +170,7 @@ async def search(request: web.Request) -> web.Response:
                 "threshold": wanted.score_threshold,
                 "took_ms": round((time.monotonic() - started) * 1000, 1),
             }
-    exchange.answer = Answer(b"", tuple(shown.values()))  # what the access record holds; the page is below
+    access.note(request, served=served({c.chunk_id: c for c in shown}.values()))
     return login.json_answer({"identity": _identity_json(identity), "answers": answers})
 
 
@@ -186,15 +186,14 @@ async def why(request: web.Request) -> web.Response:
         raise protocol_error("give exactly one of document_id and chunk_id")
     kb = _kb(services, ask.knowledge_id)
     identity = await identity_of(services, ask)
-    exchange = exchange_of(request)
-    exchange.knowledge = [(kb.id, None)]
-    exchange.identified(identity)
+    access.note(request, knowledge=[(kb.id, None)])
+    access.note_identity(request, identity)
     log.info("workbench: explain", extra={"knowledge_id": kb.id, "as_tenant": ask.tenant,
                                           "as_subject": ask.subject, "protocol": ask.protocol,
-                                          "remote": address.client_address(request)})
+                                          "remote": kit.client_address(request)})
     wanted = protocol_request(ask.protocol, kb, identity, ask)
     retriever, engine = services.retriever, request.app[ENGINE]
-    budget = handlers.default_budget(services)
+    budget = kit.default_budget(services)
     async with services.admission.slot("workbench"), services.admission.costly(metadata.costly(wanted.metadata),
                                                                                   budget):
         schema = kb.layout
@@ -232,7 +231,7 @@ async def why(request: web.Request) -> web.Response:
 
 
 # Added by create_app only when `[workbench] enabled = true` (with app[WORKBENCH_KEY] and app[GUARD] set).
-PROTOCOL = handlers.Protocol(
+PROTOCOL = kit.Protocol(
     name="workbench",
     prefixes=("/workbench",),
     render_error=login.error_response,

@@ -20,8 +20,9 @@ from es_provider.core.markup import strip_markup
 from es_provider.search.domain import Chunk, SearchRequest
 from es_provider.search.hits import to_chunk
 from es_provider.search.passage import FOLD_PASSES, MAX_HITS, SCAN_PASSES, _densest, _hits, passage, scan_chars
+from es_provider.search.passage_cutting import cut_passages, with_passages
 from es_provider.search.query import query_units
-from es_provider.search.retrieval import cut_passages, run_search, with_passages
+from es_provider.search.retrieval import run_search
 
 FILLER = "Nothing of note happens in this sentence at all. " * 40  # 2,000 characters without the query's words
 ANSWER = "The spark plugs of the engine are replaced every year. The spark gap is checked too. "
@@ -132,7 +133,7 @@ def _densest_by_bisection(hits: list[int], size: int) -> int | None:
     return first
 
 
-# --- cut off the event loop, within the deadline (search/retrieval.py) ------------------------------------------
+# --- cut off the event loop, within the deadline (search/passage_cutting.py) ------------------------------------
 
 def _chunk(content: str, kb: str = "kb") -> Chunk:
     return Chunk(knowledge_id=kb, chunk_id="c", document_id="d", content=content, title=None, tenant_id=None,
@@ -156,7 +157,7 @@ async def test_passages_are_cut_off_the_event_loop() -> None:
 
     chunks = [_chunk(BOOK), _chunk("short"), _chunk(BOOK, kb="wide")]
     budget = Budget(expires_at=time.monotonic() + 10)
-    with mock.patch("es_provider.search.retrieval.passage", spy):
+    with mock.patch("es_provider.search.passage_cutting.passage", spy):
         got = await with_passages(chunks, "spark", {"kb": 400, "wide": 100_000}, budget)
     assert [len(c.content) for c in got] == [400, 5, len(BOOK)]  # only what is longer than its base's passage_chars
     assert len(threads) == 1 and threads[0] != threading.current_thread().name
@@ -206,7 +207,7 @@ async def test_markup_is_repaired_in_the_passage_off_the_loop_never_in_the_whole
         return real(text)
 
     with mock.patch("es_provider.search.hits.strip_markup", spy), \
-            mock.patch("es_provider.search.retrieval.strip_markup", spy):
+            mock.patch("es_provider.search.passage_cutting.strip_markup", spy):
         got = await _search(_stored(RESIDUE), _stored("A short chunk<br>with residue.", 1))
     assert [(c.repaired, "<br>" in c.content) for c in got] == [(True, False), (True, False)]
     assert "spark plugs of the engine" in got[0].content and len(got[0].content) <= 400

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from es_provider.search.retrieval import TtlCache
+from es_provider.search.ttl_cache import TtlCache
 
 
 class Clock:

@@ -62,6 +62,8 @@ def test_every_contract_is_kept_by_the_package(copy_root: Path) -> None:
                  id="engine-imports-search"),
     pytest.param({"protocols/dify.py": "from es_provider.scim import service"}, {"layers"},
                  id="protocol-imports-scim"),
+    pytest.param({"web/workbench.py": "from es_provider.offline import proposal"}, {"layers"},
+                 id="served-imports-offline"),
     pytest.param({"core/naming.py": "from es_provider.core import markup",
                   "core/markup.py": "from es_provider.core import naming"}, {"acyclic"}, id="circle-in-core"),
     pytest.param({"protocols/agentarts.py": "from es_provider.engine import client"}, {"protocols"},

@@ -24,18 +24,18 @@ import orjson
 from aiohttp import web
 from pydantic import Field
 
-from es_provider.audit import access
 from es_provider.config.knowledge import KnowledgeBase, RetrievalMode
 from es_provider.core import metadata
 from es_provider.core.acl import Identity
 from es_provider.core.errors import KnowledgeError, protocol_error
 from es_provider.core.schema import document_clause
 from es_provider.core.strictjson import StrictModel
-from es_provider.edge import kit
+from es_provider.edge import address, handlers
+from es_provider.edge.exchange import Answer, exchange_of
 from es_provider.edge.service import SERVICES, Services
 from es_provider.protocols import agentarts, dify, sparktide
 from es_provider.search import explain, explain_queries
-from es_provider.search.domain import Chunk, SearchRequest, SearchResult, served
+from es_provider.search.domain import SearchRequest, SearchResult, Served
 from es_provider.search.query import text_clause
 from es_provider.search.retrieval import resolve_mode
 from es_provider.web import login
@@ -55,7 +55,7 @@ MAX_DOCUMENT_CHUNKS = 500
 
 
 async def page(request: web.Request) -> web.Response:
-    log.info("workbench: page opened", extra={"remote": kit.client_address(request)})
+    log.info("workbench: page opened", extra={"remote": address.client_address(request)})
     return login.static("workbench.html")
 
 
@@ -86,7 +86,7 @@ async def identity_of(services: Services, ask: Ask) -> Identity:
     """The impersonated identity: groups come from the principal store (the live directory, then
     `[principals]`), as for every protocol."""
     return await services.principals.identity_of("workbench", ask.tenant or None, ask.subject or None,
-                                                 kit.default_budget(services))
+                                                 handlers.default_budget(services))
 
 
 def protocol_request(name: ProtocolName, kb: KnowledgeBase, identity: Identity, ask: Ask) -> SearchRequest:
@@ -105,18 +105,18 @@ def protocol_request(name: ProtocolName, kb: KnowledgeBase, identity: Identity, 
     return dify.search_request(kb, identity, ask.query, setting, conditions, end_user=end_user)
 
 
-def answered(name: ProtocolName, kb: KnowledgeBase, result: SearchResult) -> kit.Answer:
+def render(name: ProtocolName, kb: KnowledgeBase, result: SearchResult) -> Answer:
     """What the platform's handler answers (AgentArts: its default page)."""
     if name == "sparktide":
-        return sparktide.answered(kb, result)
+        return sparktide.render(kb, result)
     if name == "agentarts":
-        return agentarts.answered(result)
-    return dify.answered(result)
+        return agentarts.render(result)
+    return dify.render(result)
 
 
-async def _read(request: web.Request, model: type[kit.Model]) -> kit.Model:
+async def _read(request: web.Request, model: type[handlers.Model]) -> handlers.Model:
     services = request.app[SERVICES]
-    return kit.validate(model, await kit.read_json(request, services))
+    return handlers.validate(model, await handlers.read_json(request, services))
 
 
 def _kb(services: Services, kb_id: str) -> KnowledgeBase:
@@ -142,26 +142,26 @@ async def search(request: web.Request) -> web.Response:
     ask = await _read(request, Ask)
     kb = _kb(services, ask.knowledge_id)
     identity = await identity_of(services, ask)
-    access.note(request, knowledge=[(kb.id, None)])
-    access.note_identity(request, identity)
-    access.note_query(request, ask.query)
+    exchange = exchange_of(request)
+    exchange.knowledge, exchange.query = [(kb.id, None)], ask.query
+    exchange.identified(identity)
     log.info("workbench: search", extra={"knowledge_id": kb.id, "as_tenant": ask.tenant, "as_subject": ask.subject,
-                                         "remote": kit.client_address(request)})
+                                         "remote": address.client_address(request)})
     answers: dict[str, Any] = {}
-    shown: list[Chunk] = []  # every chunk the page shows, for the access record
+    shown: dict[str, Served] = {}  # every chunk the page shows, once, for the access record
     requests = {name: protocol_request(name, kb, identity, ask) for name in PROTOCOLS}  # bad input: 400, no search
     async with services.admission.slot("workbench"):
         for name, wanted in requests.items():
             started = time.monotonic()
-            budget = kit.default_budget(services)
+            budget = handlers.default_budget(services)
             try:
                 async with services.admission.costly(metadata.costly(wanted.metadata), budget):
                     result = await services.retriever.search(wanted, budget)
             except KnowledgeError as exc:
                 answers[name] = {"refused": exc.code.value, "message": exc.safe_message}
                 continue
-            answer = answered(name, kb, result)
-            shown.extend(answer.served)
+            answer = render(name, kb, result)
+            shown.update((served[2], served) for served in answer.served)
             answers[name] = {
                 "body": orjson.Fragment(answer.body),  # the platform's own bytes, never parsed back
                 "appliedFilters": [f.value for f in result.applied_filters],
@@ -170,7 +170,7 @@ async def search(request: web.Request) -> web.Response:
                 "threshold": wanted.score_threshold,
                 "took_ms": round((time.monotonic() - started) * 1000, 1),
             }
-    access.note(request, served=served({c.chunk_id: c for c in shown}.values()))
+    exchange.answer = Answer(b"", tuple(shown.values()))  # what the access record holds; the page is below
     return login.json_answer({"identity": _identity_json(identity), "answers": answers})
 
 
@@ -186,14 +186,15 @@ async def why(request: web.Request) -> web.Response:
         raise protocol_error("give exactly one of document_id and chunk_id")
     kb = _kb(services, ask.knowledge_id)
     identity = await identity_of(services, ask)
-    access.note(request, knowledge=[(kb.id, None)])
-    access.note_identity(request, identity)
+    exchange = exchange_of(request)
+    exchange.knowledge = [(kb.id, None)]
+    exchange.identified(identity)
     log.info("workbench: explain", extra={"knowledge_id": kb.id, "as_tenant": ask.tenant,
                                           "as_subject": ask.subject, "protocol": ask.protocol,
-                                          "remote": kit.client_address(request)})
+                                          "remote": address.client_address(request)})
     wanted = protocol_request(ask.protocol, kb, identity, ask)
     retriever, engine = services.retriever, request.app[ENGINE]
-    budget = kit.default_budget(services)
+    budget = handlers.default_budget(services)
     async with services.admission.slot("workbench"), services.admission.costly(metadata.costly(wanted.metadata),
                                                                                   budget):
         schema = kb.layout
@@ -231,7 +232,7 @@ async def why(request: web.Request) -> web.Response:
 
 
 # Added by create_app only when `[workbench] enabled = true` (with app[WORKBENCH_KEY] and app[GUARD] set).
-PROTOCOL = kit.Protocol(
+PROTOCOL = handlers.Protocol(
     name="workbench",
     prefixes=("/workbench",),
     render_error=login.error_response,

@@ -36,10 +36,10 @@ from helpers.secure_node import (
     security_api,
 )
 from helpers.setup import load_records, new_kb
-from helpers.tls_front import Certificates, TlsFront
 
 from es_provider.ingest import admin
 from es_provider.web.state import ENGINE
+from harness.tls_front import Certificates, TlsFront
 
 RATE = 8.0  # SparkTide requests a second, each on its own (a slow one does not slow the next)
 RECORD = {"document_id": "rotation-1", "title": "Rotation", "content": "installation during a rotation",

@@ -133,26 +133,3 @@ def test_an_accepted_signature_is_named_by_its_digest_and_its_window() -> None:
         assert forms[0] == forms[1]  # the form verify_signature compares
         assert forms[0] is not None and forms[0].expires_at == expires
         assert len(forms[0].digest) == 64 and plain not in forms[0].digest
-
-
-@pytest.mark.parametrize(("value", "workers"), [("1", 1), ("4", 4)])
-def test_workers_count(value: str, workers: int) -> None:
-    from es_provider.cli.workers import count
-
-    assert count(value) == workers
-
-
-@pytest.mark.parametrize("value", ["0", "-1", "many"])
-def test_workers_count_refuses(value: str) -> None:
-    from es_provider.cli.workers import count
-
-    with pytest.raises(ValueError):
-        count(value)
-
-
-def test_workers_auto_is_the_usable_cores() -> None:
-    import os
-
-    from es_provider.cli.workers import count
-
-    assert count("auto") == len(os.sched_getaffinity(0))

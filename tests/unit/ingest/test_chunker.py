@@ -68,20 +68,3 @@ def test_chunk_ids_of_different_documents_never_collide(one: tuple[str, str], ot
 )
 def test_chunk_ids_without_colon_or_percent_are_unchanged(document_id: str, version: str, expected: str) -> None:
     assert chunk_id(document_id, version, 0) == expected
-
-
-@pytest.mark.parametrize("paragraphs", [1, 3, 40])
-def test_every_chunk_indexes_its_document_as_context(paragraphs: int) -> None:
-    from es_provider.ingest.records import DocumentRecord, SourceDocument
-    from es_provider.ingest.writer import CONTEXT_CHARS, chunk_documents
-
-    content = "\n\n".join(f"Paragraph {i} " + "word " * 200 for i in range(paragraphs))  # about 1 KB each
-    doc = SourceDocument.of(DocumentRecord(document_id="d", content=content), origin="t")
-    chunks = chunk_documents(doc, size=2000, overlap=100)
-    contexts = {c["context"] for c in chunks}
-    assert len(contexts) == 1  # the same for every chunk: the document, from its start
-    (context,) = contexts
-    assert context.startswith("Paragraph 0 ") and len(context) <= CONTEXT_CHARS
-    assert (len(chunks) > 1) == (paragraphs > 1)
-    last = f"Paragraph {paragraphs - 1} "
-    assert (last in context) == (len(content) < CONTEXT_CHARS)

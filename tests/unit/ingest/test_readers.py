@@ -27,8 +27,7 @@ from es_provider.ingest.readers import (
     read_markdown,
     read_pdf,
 )
-from es_provider.ingest.records import DocumentRecord, Section, SourceDocument
-from es_provider.ingest.writer import chunk_documents
+from es_provider.ingest.records import Section
 
 FILES = Path(__file__).resolve().parents[2] / "fixtures" / "files"
 
@@ -83,16 +82,6 @@ def test_non_utf8_text_is_refused(tmp_path) -> None:
     path.write_bytes("caf\xe9".encode("latin-1"))
     with pytest.raises(ReadError, match="UTF-8"):
         read_file(path)
-
-
-def test_chunks_never_cross_pages_and_carry_locators() -> None:
-    _, sections, version = read_file(FILES / "manual.pdf")
-    record = DocumentRecord(document_id="manual.pdf", content="", source={"version": version})
-    chunks = chunk_documents(SourceDocument(record, tuple(sections)), size=60, overlap=0)
-    assert {c["source"]["page"] for c in chunks} == {1, 2, 3}
-    assert all(c["source"]["locator"].startswith(f"p.{c['source']['page']} §") for c in chunks)
-    assert [c["position"] for c in chunks] == list(range(len(chunks)))
-    assert all(c["chunk_id"] == f"manual.pdf:{version}:{c['position']}" for c in chunks)
 
 
 # --- hostile files (issue 27): a bad file is a ReadError naming the reason, never an exception that ends the run ---

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from es_provider.ingest.records import DocumentRecord, RecordError, SourceDocument
+from es_provider.ingest.records import RecordError, SourceDocument
 from es_provider.ingest.sources import HIDDEN, SPECIAL, SYMLINK, FileDefaults, Skipped, collect, skipped_line, walk
 from es_provider.ingest.writer import first_occurrences
 
@@ -93,30 +93,6 @@ def test_an_unlistable_folder_is_a_failure_not_a_silence(tree: Path, monkeypatch
 ])
 def test_the_skipped_line(skipped: list[Skipped], line: str | None) -> None:
     assert skipped_line(skipped) == line
-
-
-def doc(document_id: str, origin: str = "", **fields: object) -> SourceDocument:
-    return SourceDocument.of(DocumentRecord.model_validate({"document_id": document_id, "content": "x", **fields}),
-                             origin=origin)
-
-
-@pytest.mark.parametrize(("documents", "kept", "failures"), [
-    ([doc("a", "f.jsonl:1"), doc("b", "f.jsonl:2")], {"a": "f.jsonl:1", "b": "f.jsonl:2"}, []),
-    ([doc("a", "f.jsonl:1"), doc("a", "f.jsonl:2"), doc("a", "g.jsonl:9")], {"a": "f.jsonl:1"},
-     ["document a: its id appears again at f.jsonl:2, first at f.jsonl:1; only the first is ingested",
-      "document a: its id appears again at g.jsonl:9, first at f.jsonl:1; only the first is ingested"]),
-    ([doc("readme.md", "ta/readme.md", tenant_id="team-a"), doc("readme.md", "tb/readme.md", tenant_id="team-b")],
-     {"readme.md": "ta/readme.md"},
-     ["document readme.md: its id appears again at tb/readme.md, first at ta/readme.md; only the first is ingested"]),
-    ([doc("a"), doc("a")], {"a": ""},
-     ["document a: its id appears again at document 2 of the run, first at document 1 of the run; "
-      "only the first is ingested"]),
-])
-def test_one_document_per_id_the_first(documents: list[SourceDocument], kept: dict[str, str],
-                                       failures: list[str]) -> None:
-    by_id, refused = first_occurrences(documents)
-    assert {doc_id: d.origin for doc_id, d in by_id.items()} == kept
-    assert refused == failures
 
 
 def test_json_lines_records_carry_their_line(tmp_path: Path) -> None:

@@ -3,27 +3,17 @@ which documents are outside it, what is removed, and how it is said."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from es_provider.ingest.ownership import LABEL_FIELD, LABEL_MAPPING
+from es_provider.ingest.ownership import LABEL_FIELD
 from es_provider.ingest.records import DocumentRecord, RecordError, SourceDocument
 from es_provider.ingest.sources import OptionError
 from es_provider.ingest.sync import Removal, Scope, check_label, in_scope, options, read_ids, shown, to_remove
-
-MAPPINGS = Path(__file__).resolve().parents[3] / "mappings" / "chunks.json"
 
 
 def doc(document_id: str, tenant: str | None) -> SourceDocument:
     return SourceDocument.of(DocumentRecord(document_id=document_id, content="text", tenant_id=tenant),
                              origin=f"records.jsonl:{document_id}")
-
-
-def test_the_label_field_is_mapped_as_the_writer_puts_it_on_older_indices() -> None:
-    properties = json.loads(MAPPINGS.read_text())["mappings"]["properties"]
-    assert properties[LABEL_FIELD] == LABEL_MAPPING == {"type": "keyword"}
 
 
 @pytest.mark.parametrize(("source", "sync", "dry_run", "message"), [

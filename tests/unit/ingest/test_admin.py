@@ -1,0 +1,45 @@
+"""ingest/admin.py's pure parts: an index body without the analysed fields of languages the knowledge base does
+not have, and the ACL change the core-API path makes in Python (what _ACL_SCRIPT does on the engine)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from es_provider.ingest.admin import changed_acl, for_languages
+
+
+def text(*subfields: str) -> dict[str, Any]:
+    return {"type": "text", "fields": {sub: {"type": "text"} for sub in subfields}}
+
+
+BODY = {"mappings": {"properties": {"title": text("en", "cjk"), "content": text("en", "cjk"),
+                                    "context": text("cjk"), "document_id": {"type": "keyword"}}}}
+
+
+@pytest.mark.parametrize(("languages", "properties"), [
+    (["en", "zh"], BODY["mappings"]["properties"]),
+    (["en"], {"title": text("en"), "content": text("en"), "context": text(), "document_id": {"type": "keyword"}}),
+    # context itself is English's field: unindexed, it stays in the mapping for its cjk sub-field
+    (["zh"], {"title": text("cjk"), "content": text("cjk"), "context": {**text("cjk"), "index": False},
+              "document_id": {"type": "keyword"}}),
+])
+def test_the_body_keeps_only_its_languages_fields(languages: list[str], properties: dict[str, Any]) -> None:
+    assert for_languages(copy.deepcopy(BODY), languages)["mappings"]["properties"] == properties
+
+
+@pytest.mark.parametrize(("acl", "grant", "subjects", "groups", "public", "changed"), [
+    (None, True, ["a"], [], None, {"subjects": ["a"], "groups": [], "public": False}),
+    ({"subjects": "a", "groups": ["g"], "public": True}, True, ["a", "b"], ["g"], None,
+     {"subjects": ["a", "b"], "groups": ["g"], "public": True}),  # a lone value is a list of one; no duplicates
+    ({"subjects": ["a", "b", "a"], "groups": ["g"]}, False, ["a"], ["x"], True,
+     {"subjects": ["b"], "groups": ["g"], "public": True}),  # every copy revoked; public set
+    ({"subjects": ["a"], "groups": [], "public": True}, False, [], [], False,
+     {"subjects": ["a"], "groups": [], "public": False}),
+    ("not an object", False, [], [], None, {"subjects": [], "groups": [], "public": False}),
+])
+def test_the_acl_change(acl: object, grant: bool, subjects: list[str], groups: list[str], public: bool | None,
+                        changed: dict[str, Any]) -> None:
+    assert changed_acl(acl, grant=grant, subjects=subjects, groups=groups, public=public) == changed

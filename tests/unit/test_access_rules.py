@@ -8,8 +8,6 @@ import datetime as dt
 import pytest
 
 from es_provider.audit import access
-from es_provider.config.audit import AccessLogSettings
-from es_provider.config.settings import ConfigError, parse_settings
 from es_provider.edge.exchange import Answer, Exchange
 
 NOW = dt.datetime(2026, 12, 2, 10, 30, 15, 123456, tzinfo=dt.UTC)
@@ -106,22 +104,3 @@ def test_the_same_question_of_a_file_and_of_the_engine(wanted: access.Wanted, fo
 def test_newest_first_and_limited() -> None:
     body = access.search_body(access.Wanted(limit=7))
     assert body["size"] == 7 and body["sort"][0] == {"time": {"order": "desc"}}
-
-
-@pytest.mark.parametrize(("table", "problem"), [
-    ({"sinks": ["file"]}, "needs directory"),
-    ({"sinks": ["index", "index"]}, "duplicates"),
-    ({"sinks": []}, "at least 1"),
-    ({"flush_interval_s": 5, "max_delay_s": 6}, "twice flush_interval_s"),
-    ({"on_sink_failure": "ignore"}, "refuse"),
-])
-def test_settings_refuse_what_cannot_work(table: dict[str, object], problem: str) -> None:
-    lines = "\n".join(f"{k} = {v!r}".replace("'", '"') for k, v in table.items())
-    with pytest.raises(ConfigError, match=problem):
-        parse_settings(f"[access_log]\n{lines}\n".replace("True", "true"), environ={})
-
-
-def test_on_by_default_refusing_when_records_cannot_be_kept() -> None:
-    defaults = AccessLogSettings()
-    assert (defaults.enabled, defaults.sinks, defaults.on_sink_failure, defaults.retention_days) == (
-        True, ["index"], "refuse", 90)

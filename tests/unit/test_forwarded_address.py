@@ -13,7 +13,6 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 
 from es_provider.config.serving import ServerSettings
-from es_provider.config.settings import ConfigError, parse_settings
 from es_provider.edge import address
 from es_provider.edge.service import SERVICES
 
@@ -130,34 +129,3 @@ def test_client_address_without_services_is_the_peer() -> None:
     transport.get_extra_info.side_effect = lambda name, default=None: ("10.0.0.5", 1) if name == "peername" else default
     assert address.client_address(make_mocked_request("GET", "/", headers={XFF: "1.2.3.4"}, app={},
                                                   transport=transport)) == "10.0.0.5"
-
-
-GOOD = """
-[opensearch]
-url = "http://127.0.0.1:9200"
-
-[server]
-"""
-
-
-@pytest.mark.parametrize(("value", "refused"), [
-    ('["10.0.0.1/8"]', "host bits set"),
-    ('["10.0.0.0/33"]', "server.trusted_proxies.0"),
-    ('["proxy.internal"]', "server.trusted_proxies.0"),
-    ('["0.0.0.0/0"]', "every address"),
-    ('["10.0.0.0/8", "::/0"]', "server.trusted_proxies.1"),
-    ('"10.0.0.0/8"', "server.trusted_proxies"),
-])
-def test_trusted_proxies_are_addresses_or_networks(value: str, refused: str) -> None:
-    with pytest.raises(ConfigError, match=refused.replace(".", r"\.")):
-        parse_settings(GOOD + f"trusted_proxies = {value}\n", environ={})
-
-
-def test_trusted_proxies_are_read_as_networks() -> None:
-    settings = parse_settings(GOOD + 'trusted_proxies = ["10.0.0.0/8", "192.0.2.7", "FD00::/8"]\n'
-                                     'forwarded_header = "Forwarded"\n', environ={})
-    assert settings.server.trusted_proxies == ["10.0.0.0/8", "192.0.2.7/32", "fd00::/8"]
-    assert settings.server.forwarded_header == "Forwarded"
-    assert parse_settings(GOOD, environ={}).server.trusted_proxies == []
-    with pytest.raises(ConfigError, match="forwarded_header"):
-        parse_settings(GOOD + 'forwarded_header = "X-Real-IP"\n', environ={})

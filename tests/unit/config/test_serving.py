@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from es_provider.config.serving import ApiKey, WorkbenchSettings
+from es_provider.config.settings import ConfigError, parse_settings
 
 
 @pytest.mark.parametrize(("fields", "said"), [
@@ -42,3 +43,36 @@ def test_an_api_key(fields: dict[str, Any], wrong: str | None) -> None:
     with pytest.raises(ValidationError) as refused:
         ApiKey.model_validate(fields, strict=False)
     assert refused.value.errors()[0]["loc"][0] == wrong
+
+
+# --- [server] trusted_proxies: whose forwarded header is read (edge/address.py reads it) ---
+
+GOOD = """
+[opensearch]
+url = "http://127.0.0.1:9200"
+
+[server]
+"""
+
+
+@pytest.mark.parametrize(("value", "refused"), [
+    ('["10.0.0.1/8"]', "host bits set"),
+    ('["10.0.0.0/33"]', "server.trusted_proxies.0"),
+    ('["proxy.internal"]', "server.trusted_proxies.0"),
+    ('["0.0.0.0/0"]', "every address"),
+    ('["10.0.0.0/8", "::/0"]', "server.trusted_proxies.1"),
+    ('"10.0.0.0/8"', "server.trusted_proxies"),
+])
+def test_trusted_proxies_are_addresses_or_networks(value: str, refused: str) -> None:
+    with pytest.raises(ConfigError, match=refused.replace(".", r"\.")):
+        parse_settings(GOOD + f"trusted_proxies = {value}\n", environ={})
+
+
+def test_trusted_proxies_are_read_as_networks() -> None:
+    settings = parse_settings(GOOD + 'trusted_proxies = ["10.0.0.0/8", "192.0.2.7", "FD00::/8"]\n'
+                                     'forwarded_header = "Forwarded"\n', environ={})
+    assert settings.server.trusted_proxies == ["10.0.0.0/8", "192.0.2.7/32", "fd00::/8"]
+    assert settings.server.forwarded_header == "Forwarded"
+    assert parse_settings(GOOD, environ={}).server.trusted_proxies == []
+    with pytest.raises(ConfigError, match="forwarded_header"):
+        parse_settings(GOOD + 'forwarded_header = "X-Real-IP"\n', environ={})

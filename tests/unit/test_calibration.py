@@ -8,7 +8,7 @@ import tomllib
 
 import pytest
 
-from es_provider.config.knowledge import Calibration, ScoringSettings
+from es_provider.config.knowledge import ScoringSettings
 from es_provider.core.calibration import Logistic, calibrate, calibrate_leg, features, fit, fuse, lead_of, usable
 from es_provider.core.presets import PRESETS
 from es_provider.offline.calibrate import WEIGHTS, Judged, _equal, _relevant, fit_all, ndcg_at_10
@@ -90,13 +90,6 @@ def test_fit_leaves_out_a_feature_that_would_reverse_the_order() -> None:
     # Relevance that RISES with rank: the rank feature cannot take that sign, so it is left out (0).
     rows = [(10.0, 10.0, rank, 0.2, rank > 5) for rank in range(1, 11) for _ in range(20)]
     assert fit(rows).log_rank == 0.0
-
-
-@pytest.mark.parametrize(("field", "value"), [("log_score", -1.0), ("relative", -0.5), ("log_rank", 0.5)])
-def test_config_refuses_a_mapping_that_would_reorder(field: str, value: float) -> None:
-    fields = {"intercept": 0.0, "log_score": 1.0, "relative": 1.0, "log_rank": -1.0, "lead": -3.0, field: value}
-    with pytest.raises(ValueError):
-        Calibration(**fields)
 
 
 def test_features() -> None:

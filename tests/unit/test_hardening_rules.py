@@ -7,34 +7,8 @@ import asyncio
 
 import pytest
 
-from es_provider.config.knowledge import KnowledgeBase
-from es_provider.core.acl import Filter
 from es_provider.core.errors import ErrorCode, KnowledgeError
 from es_provider.search.query import MAX_QUERY_UNITS, bounded_text, text_fields
-
-
-def kb(**changes: object) -> KnowledgeBase:
-    fields: dict[str, object] = {"id": "k", "name": "K", "versions": ["1"], "alias": "a", "secret_ref": "S",
-                                 "apps": ["app"]}
-    fields.update(changes)
-    return KnowledgeBase.model_validate(fields, strict=False)
-
-
-@pytest.mark.parametrize(
-    ("changes", "filters"),
-    [
-        ({}, (Filter.TENANT,)),  # finding 1: no mandatory filters still bounds a key by its tenants
-        ({"protocol": "legacy"}, (Filter.TENANT,)),
-        ({"mandatory_filters": ["SUBJECT"]}, (Filter.TENANT, Filter.SUBJECT)),
-        ({"mandatory_filters": ["TENANT", "SUBJECT"]}, (Filter.TENANT, Filter.SUBJECT)),
-        ({"open_to_keys": True}, ()),
-        ({"open_to_keys": True, "mandatory_filters": ["SUBJECT"]}, (Filter.SUBJECT,)),
-        ({"open_to_keys": True, "mandatory_filters": ["TENANT"]}, (Filter.TENANT,)),
-    ],
-)
-def test_api_keys_read_within_their_tenants_on_every_knowledge_base(changes, filters) -> None:
-    assert kb(**changes).key_filters() == filters
-
 
 # --- finding 4: the query bound counts what the analyzers produce ---
 

@@ -1,5 +1,6 @@
-"""config/knowledge.py: a [[knowledge]] base, its retrieval modes and embedder, the [scoring] calibrations and the
-[rerank] stage: what each refuses at start, naming the key."""
+"""config/knowledge.py: a [[knowledge]] base (the filters an API key reads within), its retrieval modes and
+embedder, the [scoring] calibrations and the [rerank] stage: what each refuses at start, naming the key. What a
+schema cannot enforce is with the schema's tests (core/schema.py; its table shares their custom layout)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,34 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from es_provider.config.knowledge import RerankSettings
+from es_provider.config.knowledge import Calibration, KnowledgeBase, RerankSettings
 from es_provider.config.settings import ConfigError, parse_settings
+from es_provider.core.acl import Filter
+
+# --- a knowledge base ---
+
+def kb(**changes: object) -> KnowledgeBase:
+    fields: dict[str, object] = {"id": "k", "name": "K", "versions": ["1"], "alias": "a", "secret_ref": "S",
+                                 "apps": ["app"]}
+    fields.update(changes)
+    return KnowledgeBase.model_validate(fields, strict=False)
+
+
+@pytest.mark.parametrize(
+    ("changes", "filters"),
+    [
+        ({}, (Filter.TENANT,)),  # finding 1: no mandatory filters still bounds a key by its tenants
+        ({"protocol": "legacy"}, (Filter.TENANT,)),
+        ({"mandatory_filters": ["SUBJECT"]}, (Filter.TENANT, Filter.SUBJECT)),
+        ({"mandatory_filters": ["TENANT", "SUBJECT"]}, (Filter.TENANT, Filter.SUBJECT)),
+        ({"open_to_keys": True}, ()),
+        ({"open_to_keys": True, "mandatory_filters": ["SUBJECT"]}, (Filter.SUBJECT,)),
+        ({"open_to_keys": True, "mandatory_filters": ["TENANT"]}, (Filter.TENANT,)),
+    ],
+)
+def test_api_keys_read_within_their_tenants_on_every_knowledge_base(changes, filters) -> None:
+    assert kb(**changes).key_filters() == filters
+
 
 # --- retrieval modes and embedders ---
 
@@ -74,3 +101,12 @@ def rerank(**changes: Any) -> RerankSettings:
 def test_settings_refused(changes: dict[str, Any], error: str) -> None:
     with pytest.raises(ValidationError, match=error):
         rerank(**changes)
+
+
+# --- [scoring] ---
+
+@pytest.mark.parametrize(("field", "value"), [("log_score", -1.0), ("relative", -0.5), ("log_rank", 0.5)])
+def test_config_refuses_a_mapping_that_would_reorder(field: str, value: float) -> None:
+    fields = {"intercept": 0.0, "log_score": 1.0, "relative": 1.0, "log_rank": -1.0, "lead": -3.0, field: value}
+    with pytest.raises(ValueError):
+        Calibration(**fields)

@@ -62,20 +62,3 @@ def test_knn_clauses_are_translated_wherever_they_sit() -> None:
     # The permission filters stay inside the kNN clause AND beside it.
     assert translated["query"]["bool"]["filter"] == knn["query"]["bool"]["filter"]
     assert search_body(knn, OPENSEARCH) is knn
-
-
-@pytest.mark.parametrize(("acl", "edit", "expected"), [
-    (None, {"grant": True, "subjects": ["a"], "groups": [], "public": None},
-     {"subjects": ["a"], "groups": [], "public": False}),
-    ({"subjects": "a", "groups": ["g"]}, {"grant": True, "subjects": ["a", "b"], "groups": ["g"], "public": None},
-     {"subjects": ["a", "b"], "groups": ["g"], "public": False}),  # a single string is mended into a list
-    ({"subjects": ["a", "b", "a"], "groups": ["g"], "public": True},
-     {"grant": False, "subjects": ["a"], "groups": [], "public": None},
-     {"subjects": ["b"], "groups": ["g"], "public": True}),  # revoke removes every copy
-    ({"subjects": [], "groups": []}, {"grant": True, "subjects": [], "groups": [], "public": True},
-     {"subjects": [], "groups": [], "public": True}),
-])
-def test_changed_acl_is_the_painless_script_in_python(acl, edit, expected) -> None:
-    from es_provider.ingest.admin import changed_acl
-
-    assert changed_acl(acl, **edit) == expected

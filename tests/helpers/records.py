@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import time
 
+from es_provider.audit import access
 from es_provider.core.errors import KnowledgeError
 from es_provider.engine.client import Engine
+
+
+async def day_index(engine: Engine, prefix: str) -> str:
+    """Today's index, where the records go (tomorrow's is made ahead, empty)."""
+    name = access.day_index(prefix, dt.datetime.now(dt.UTC).date())
+    assert name in await engine.list_indices(f"{prefix}-*")
+    return name
 
 
 async def record_ids(engine: Engine, prefix: str, ids: set[str], timeout_s: float = 30.0, *, poll_s: float = 0.5,

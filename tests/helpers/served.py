@@ -3,7 +3,10 @@ generator runner they share with bench/ (harness/served.py, imported here so the
 
 from __future__ import annotations
 
+import json
 import math
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +14,19 @@ import orjson
 
 from harness.served import Served, cpu_seconds, free_port, run_loadgen, wait_until_answering
 
-__all__ = ["Served", "cpu_seconds", "free_port", "kb_entry", "p99", "run_loadgen", "toml_value",
+__all__ = ["Served", "cpu_seconds", "free_port", "kb_entry", "p99", "post", "run_loadgen", "toml_value",
            "wait_until_answering", "write_config"]
+
+
+def post(base: str, path: str, body: dict[str, Any] | bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    """A served process's status and JSON answer to one POST (an error status answers too)."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
 
 
 def toml_value(value: Any) -> str:

@@ -117,6 +117,13 @@ async def load_records(engine: Engine, kb: KnowledgeBase, records: list[dict[str
 
 
 
+def public_record(doc: str) -> dict[str, Any]:
+    """One public document of team-a, "installation guide <doc>": what a test through a front or a proxy serves."""
+    return {"document_id": doc, "title": doc, "content": f"installation guide {doc}",
+            "source": {"type": "DOCUMENT", "id": doc, "version": "v1"}, "acl": {"public": True},
+            "tenant_id": "team-a"}
+
+
 async def drop_indices(engine: Engine, *patterns: str) -> None:
     """Deletes every index each pattern names: a test's own, at its end."""
     for pattern in patterns:

@@ -152,6 +152,18 @@ class SigV4Front:
             await self._proxy.close()
 
 
+def aws_alone(monkeypatch: Any, tmp_path: Path) -> None:
+    """botocore's chain sees only what the test sets after this: no credentials or profile from the environment, no
+    metadata endpoint, no user's ~/.aws."""
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                 "AWS_SESSION_TOKEN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
+                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
 def _error(status: int, kind: str, reason: str) -> web.Response:
     cause = {"type": kind, "reason": reason}
     return web.json_response({"error": {"root_cause": [cause], **cause}, "status": status}, status=status)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import trustme
 from helpers.calls import ask
-from helpers.setup import load_records, new_kb
+from helpers.setup import load_records, new_kb, public_record
 
 from es_provider.config.cluster import OpenSearchSettings
 from es_provider.engine.client import connect
@@ -28,12 +28,6 @@ pytestmark = [pytest.mark.engines, pytest.mark.es8]
 
 KEY_ID, KEY = "VuaCfGcBCdbkQm-e5aOx", "ui2lp2axTNmsyakw9tvNnw"
 ENCODED = base64.b64encode(f"{KEY_ID}:{KEY}".encode()).decode()
-
-
-def record(doc: str) -> dict[str, Any]:
-    return {"document_id": doc, "title": doc, "content": f"installation guide {doc}",
-            "source": {"type": "DOCUMENT", "id": doc, "version": "v1"}, "acl": {"public": True},
-            "tenant_id": "team-a"}
 
 
 @pytest.fixture
@@ -50,7 +44,7 @@ async def test_fingerprint_and_api_key_serve_ingest_and_search(front, client_for
     kb = new_kb()
     try:
         await admin.create(engine, kb, admin.load_index_body())
-        await load_records(engine, kb, [record("es-key-1")])
+        await load_records(engine, kb, [public_record("es-key-1")])
         served = await client_for(kb, env={"ES_API_KEY": ENCODED}, opensearch=cluster.model_dump(exclude_none=True))
         assert (await served.get("/readyz")).status == 200
         status, answer = await ask(served)
@@ -107,7 +101,7 @@ async def test_a_key_rotated_through_its_file_fails_no_request(front, client_for
     key_file.write_text(ENCODED + "\n")
     try:
         await admin.create(admin_engine, kb, admin.load_index_body())
-        await load_records(admin_engine, kb, [record("rotated-1")])
+        await load_records(admin_engine, kb, [public_record("rotated-1")])
         served = await client_for(kb, env={"ES_API_KEY_FILE": str(key_file)},
                                   opensearch=cluster.model_dump(exclude_none=True))
         statuses: list[int] = []

@@ -22,6 +22,7 @@ from aiohttp import web
 from helpers import calls
 from helpers.served import Served, kb_entry, write_config
 from helpers.setup import TEST_ENV, api_key, bearer, load_records, new_kb
+from helpers.sigv4_front import aws_alone
 
 from es_provider.config.cluster import OpenSearchSettings
 from es_provider.core.deadline import fixed_budget
@@ -38,12 +39,7 @@ TOKEN = "session-token-that-must-stay-home=="
 @pytest.fixture
 def aws_static(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """botocore's chain sees only these static keys with a session token (x-amz-security-token on every request)."""
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
-                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    aws_alone(monkeypatch, tmp_path)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAREDIRECTTEST0001")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "redirect/secret+key0123456789abcdef")
     monkeypatch.setenv("AWS_SESSION_TOKEN", TOKEN)

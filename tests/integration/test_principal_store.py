@@ -80,12 +80,18 @@ async def eventually(check: Any, wanted: Any, seconds: float = 3.0) -> Any:
         await asyncio.sleep(0.05)
 
 
-async def test_the_store_grants_and_is_authoritative_for_subjects_it_knows(engine, kb, client_for) -> None:
+async def alice_in_ops(engine, kb) -> str:
+    """DOCS loaded and a new store in which u-alice (a1) is in ops; the store's index."""
     index = f"test-principals-{uuid.uuid4().hex}"
     await load_records(engine, kb, DOCS)
     await put_user(engine, index, "a1", "u-alice")
     await put_group(engine, index, "g1", "ops", ["a1"])
     await announce_change(engine, index)
+    return index
+
+
+async def test_the_store_grants_and_is_authoritative_for_subjects_it_knows(engine, kb, client_for) -> None:
+    index = await alice_in_ops(engine, kb)
     client = await client_for(kb, directory=directory_settings(index),
                               api_keys=[api_key([kb.id], subjects=["*"], groups=[])])
     try:
@@ -123,11 +129,7 @@ async def test_the_store_grants_and_is_authoritative_for_subjects_it_knows(engin
 
 
 async def test_an_unreadable_store_fails_closed(engine, kb, proxy, client_for) -> None:
-    index = f"test-principals-{uuid.uuid4().hex}"
-    await load_records(engine, kb, DOCS)
-    await put_user(engine, index, "a1", "u-alice")
-    await put_group(engine, index, "g1", "ops", ["a1"])
-    await announce_change(engine, index)
+    index = await alice_in_ops(engine, kb)
     client = await client_for(kb, url=proxy.url, directory=directory_settings(index))
     try:
         assert await sparktide_documents(client, "u-alice") == (200, {"ops-runbook"})
@@ -165,11 +167,7 @@ async def test_a_store_that_disappears_fails_closed_instead_of_falling_back(engi
 async def test_a_retry_after_a_revocation_is_not_answered_from_memory(engine, kb, client_for) -> None:
     """Review finding: a SparkTide retry (same executionId) after the directory revoked a grant got the answer
     computed before: now the grants are part of the request's fingerprint, so it is refused (422), no content."""
-    index = f"test-principals-{uuid.uuid4().hex}"
-    await load_records(engine, kb, DOCS)
-    await put_user(engine, index, "a1", "u-alice")
-    await put_group(engine, index, "g1", "ops", ["a1"])
-    await announce_change(engine, index)
+    index = await alice_in_ops(engine, kb)
     client = await client_for(kb, directory=directory_settings(index))
     try:
         call = body("u-alice", "team-a", query="installation", topK=10, executionId="retried-1")

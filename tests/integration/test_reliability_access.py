@@ -8,7 +8,6 @@ dropped, counted."""
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,10 +17,9 @@ import orjson
 import pytest
 from aiohttp import web
 from helpers import calls
-from helpers.records import metric, record_ids
+from helpers.records import day_index, metric, record_ids
 from helpers.setup import load_records, own_prefix
 
-from es_provider.audit import access
 from es_provider.engine.client import Engine
 from harness.proxy import EngineProxy
 
@@ -52,13 +50,6 @@ class BulkRefusingProxy(EngineProxy):
         items = [{"create": {**action["create"], "status": status, "error": {"type": kind, "reason": "injected"}}}
                  for action in lines[0::2]]
         return web.json_response({"took": 1, "errors": True, "items": items})
-
-
-async def day_index(engine: Engine, prefix: str) -> str:
-    """Today's index, where the records go (tomorrow's is made ahead, empty)."""
-    name = access.day_index(prefix, dt.datetime.now(dt.UTC).date())
-    assert name in await engine.list_indices(f"{prefix}-*")
-    return name
 
 
 Outage = Callable[[Engine, str, bool], Awaitable[None]]

@@ -6,7 +6,6 @@ cluster-manager and then the node holding the access index's primary are killed;
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import os
 import signal
 import subprocess
@@ -17,10 +16,9 @@ from typing import Any
 
 import pytest
 from helpers.calls import body, headers
-from helpers.records import metric, record_ids
+from helpers.records import day_index, metric, record_ids
 from helpers.setup import LOCAL, load_records, new_kb
 
-from es_provider.audit import access
 from es_provider.engine.client import Engine
 from es_provider.ingest import admin
 
@@ -286,12 +284,3 @@ async def phase_figures(client: Any, checked: list[bool], answers: list[tuple[st
     return (f"{len(checked)} queries, {sum(checked)} right, {len(answers)} answers given; so far "
             f"{metric(metrics, 'es_provider_access_refused_answers_total'):.0f} refused and "
             f"{metric(metrics, 'es_provider_access_records_spooled_total'):.0f} records spooled")
-
-
-async def day_index(engine: Engine, prefix: str) -> str:
-    """Today's index, where the records go (tomorrow's is made ahead, empty)."""
-    name = access.day_index(prefix, dt.datetime.now(dt.UTC).date())
-    assert name in await engine.list_indices(f"{prefix}-*")
-    return name
-
-

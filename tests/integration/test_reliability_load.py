@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from helpers import calls
-from helpers.served import Served, p99, run_loadgen, write_config
+from helpers.served import Served, p99, post, run_loadgen, write_config
 from helpers.setup import CALLBACK_SECRET, HEAVY, ROOT, TEST_ENV, load_records
 
 # A soak at a steady rate (a stable p99, memory that does not grow): timed, so `make test` runs it alone, after the parallel run (-m timing), so other tests' load cannot fail it.
@@ -93,21 +93,11 @@ async def test_concurrency_and_size_limits_shed_load(served_kb, proxy, figures) 
 
     async def one(n: int) -> tuple[int, Any]:
         def call() -> tuple[int, Any]:
-            import urllib.error
-            import urllib.request
-
             execution = f"shed-{n}"
             body = callback("installation")
             body.update(executionId=execution, deadline=int(time.time() * 1000) + 10_000)
-            request = urllib.request.Request(f"{served.base}/agent/knowledge/project-documents/1.0.0",
-                                             data=json.dumps(body).encode(), headers={
-                                                 "Authorization": f"Bearer {CALLBACK_SECRET}",
-                                                 "Content-Type": "application/json", "Idempotency-Key": execution})
-            try:
-                with urllib.request.urlopen(request, timeout=20) as response:
-                    return response.status, json.loads(response.read())
-            except urllib.error.HTTPError as error:
-                return error.code, json.loads(error.read())
+            return post(served.base, "/agent/knowledge/project-documents/1.0.0", body,
+                        {"Authorization": f"Bearer {CALLBACK_SECRET}", "Idempotency-Key": execution})
 
         return await asyncio.to_thread(call)
 

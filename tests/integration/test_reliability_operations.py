@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from helpers import calls
-from helpers.served import Served, kb_entry, write_config
+from helpers.served import Served, kb_entry, post, write_config
 from helpers.setup import API_KEY, CALLBACK_SECRET, TEST_ENV
 
 SECRET_CONTENT = "PURPLE-ELEPHANT-CONTENT"  # a marker: document content must never reach a log line
@@ -47,16 +47,6 @@ def stack(opensearch, tmp_path, proxy) -> Any:
     served.stop()
     subprocess.run([*cli, "kb", "drop", "--config", str(config), "--kb", "project-documents"], env=cli_env, check=True,
                    capture_output=True)
-
-
-def post(base: str, path: str, body: dict[str, Any] | bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json", **headers})
-    try:
-        with urllib.request.urlopen(request, timeout=20) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
 
 
 def callback(execution: str = "exec-1", knowledge: str = "project-documents", **changes: Any) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 from helpers.calls import ask
-from helpers.setup import load_records, new_kb
-from helpers.sigv4_front import Known, sigv4_front
+from helpers.setup import load_records, new_kb, public_record
+from helpers.sigv4_front import Known, aws_alone, sigv4_front
 
 from es_provider.config.cluster import OpenSearchSettings
 from es_provider.core.errors import KnowledgeError
@@ -53,22 +53,10 @@ print(json.dumps({"Version": 1, "AccessKeyId": f"AKIAREVOKED{generation}", "Secr
 """
 
 
-def record(doc: str) -> dict[str, Any]:
-    return {"document_id": doc, "title": doc, "content": f"installation guide {doc}",
-            "source": {"type": "DOCUMENT", "id": doc, "version": "v1"}, "acl": {"public": True},
-            "tenant_id": "team-a"}
-
-
 @pytest.fixture
 def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
     """botocore's chain sees only what a test gives it: no profile, no metadata endpoint, no user's ~/.aws."""
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                 "AWS_SESSION_TOKEN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
-                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    aws_alone(monkeypatch, tmp_path)
 
     def use(known: Known) -> None:
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", known.access_key)
@@ -112,7 +100,7 @@ async def test_a_domain_serves_ingests_scrolls_reindexes_and_records(opensearch,
         kb = new_kb()
         try:
             await admin.create(engine, kb, admin.load_index_body())
-            await load_records(engine, kb, [record("aws-1"), record("aws-2")])
+            await load_records(engine, kb, [public_record("aws-1"), public_record("aws-2")])
             scrolled = [hit["_id"] async for hit in engine.scan(kb.alias, page=1)]  # one hit per scroll page
             assert len(scrolled) >= 2
             await admin.reindex(engine, kb, admin.load_index_body(), delete_old=True)  # _reindex, alias swap
@@ -143,7 +131,7 @@ async def test_serverless_serves_searches_and_refuses_ingest_and_scrolls_loudly(
         try:
             await admin.create(engine, kb, admin.load_index_body())  # PUT index and its alias: Serverless takes them
             # The writer asks for refresh first and writes chunks under their own ids: both refused, loudly.
-            documents = [SourceDocument.of(DocumentRecord.model_validate(record("aoss-1")))]
+            documents = [SourceDocument.of(DocumentRecord.model_validate(public_record("aoss-1")))]
             with pytest.raises(KnowledgeError) as refused:
                 await ingest(engine, kb, documents)
             assert "engine error 404" in str(refused.value.detail)
@@ -153,7 +141,7 @@ async def test_serverless_serves_searches_and_refuses_ingest_and_scrolls_loudly(
             with pytest.raises(KnowledgeError) as refused:
                 [hit async for hit in engine.scan(kb.alias)]
             assert "engine error 404" in str(refused.value.detail)
-            await load_records(direct, kb, [record("aoss-1")])  # the collection's data, written around the front
+            await load_records(direct, kb, [public_record("aoss-1")])  # the collection's data, written around the front
             served = await client_for(kb, opensearch=settings, access_log={"sinks": ["file"],
                                                                           "directory": str(tmp_path / "access")})
             assert (await served.get("/readyz")).status == 200
@@ -206,7 +194,7 @@ async def test_short_lived_credentials_renewed_mid_run_fail_no_request(opensearc
     kb = new_kb()
     await admin.create(direct, kb, admin.load_index_body())
     try:
-        await load_records(direct, kb, [record("rot-1")])
+        await load_records(direct, kb, [public_record("rot-1")])
         async with sigv4_front(opensearch.url, REGION, "es", known, directory=tmp_path / "tls") as front:
             served = await client_for(kb, opensearch=cluster(front, "es", profile="rotating"))
             statuses: list[int] = []
@@ -232,7 +220,7 @@ async def test_a_session_revoked_under_the_service_is_renewed_and_the_request_re
     kb = new_kb()
     await admin.create(direct, kb, admin.load_index_body())
     try:
-        await load_records(direct, kb, [record("revoked-1")])
+        await load_records(direct, kb, [public_record("revoked-1")])
         old = Known("AKIAREVOKED1", "secret-1", "token-1")
         async with sigv4_front(opensearch.url, REGION, "es", [old], directory=tmp_path / "tls") as front:
             served = await client_for(kb, opensearch=cluster(front, "es", profile="revoked"))

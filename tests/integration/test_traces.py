@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from helpers import calls
 from helpers.records import metric
-from helpers.served import Served, free_port, kb_entry, write_config
+from helpers.served import Served, free_port, kb_entry, post, write_config
 from helpers.setup import API_KEY, CALLBACK_SECRET, ROOT, TEST_ENV, load_records, new_kb
 
 from es_provider.ingest import admin
@@ -45,16 +45,6 @@ def jaeger() -> Iterator[str]:
 def get_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=10) as response:
         return json.loads(response.read())
-
-
-def post(base: str, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(base + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json", **headers})
-    try:
-        with urllib.request.urlopen(request, timeout=20) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
 
 
 def traces(jaeger: str, service: str, want: int) -> list[dict[str, Any]]:

@@ -38,23 +38,11 @@ def test_the_body_keeps_only_its_languages_fields(languages: list[str], properti
      {"subjects": ["b"], "groups": ["g"], "public": True}),  # every copy revoked; public set
     ({"subjects": ["a"], "groups": [], "public": True}, False, [], [], False,
      {"subjects": ["a"], "groups": [], "public": False}),
+    ({"subjects": "a", "groups": ["g"]}, True, ["b"], [], None,
+     {"subjects": ["a", "b"], "groups": ["g"], "public": False}),  # no public: not public
+    ({"subjects": [], "groups": []}, True, [], [], True, {"subjects": [], "groups": [], "public": True}),
     ("not an object", False, [], [], None, {"subjects": [], "groups": [], "public": False}),
 ])
-def test_the_acl_change(acl: object, grant: bool, subjects: list[str], groups: list[str], public: bool | None,
-                        changed: dict[str, Any]) -> None:
+def test_changed_acl_is_the_painless_script_in_python(acl: object, grant: bool, subjects: list[str],
+                                                       groups: list[str], public: bool | None, changed: dict[str, Any]) -> None:
     assert changed_acl(acl, grant=grant, subjects=subjects, groups=groups, public=public) == changed
-
-
-@pytest.mark.parametrize(("acl", "edit", "expected"), [
-    (None, {"grant": True, "subjects": ["a"], "groups": [], "public": None},
-     {"subjects": ["a"], "groups": [], "public": False}),
-    ({"subjects": "a", "groups": ["g"]}, {"grant": True, "subjects": ["a", "b"], "groups": ["g"], "public": None},
-     {"subjects": ["a", "b"], "groups": ["g"], "public": False}),  # a single string is mended into a list
-    ({"subjects": ["a", "b", "a"], "groups": ["g"], "public": True},
-     {"grant": False, "subjects": ["a"], "groups": [], "public": None},
-     {"subjects": ["b"], "groups": ["g"], "public": True}),  # revoke removes every copy
-    ({"subjects": [], "groups": []}, {"grant": True, "subjects": [], "groups": [], "public": True},
-     {"subjects": [], "groups": [], "public": True}),
-])
-def test_changed_acl_is_the_painless_script_in_python(acl, edit, expected) -> None:
-    assert changed_acl(acl, **edit) == expected

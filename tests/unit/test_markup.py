@@ -1,35 +1,13 @@
-"""Markup residue: recognised and removed (markup.py), repaired in answers rather than skipped (hits.py,
-sparktide_items.py), and a skipped item's place taken by the next candidate."""
+"""Markup residue repaired in answers rather than skipped (hits.py, sparktide_items.py), and a skipped
+item's place taken by the next candidate. How residue is recognised and removed: tests/unit/core/test_markup.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from es_provider.core.markup import has_markup, strip_markup
 from es_provider.protocols import sparktide_items as items
 from es_provider.search.domain import Chunk
 from es_provider.search.hits import MalformedHit, to_chunk
-
-
-@pytest.mark.parametrize(
-    ("text", "clean"),
-    [
-        ("第一段<br>第二段", "第一段 第二段"),
-        ('台北<ref name="a1">source</ref>市', "台北 source 市"),
-        ("<p>alpha</p><p>beta</p>", "alpha beta"),
-        ("a &amp; b &lt;c&gt;", "a & b <c>"),
-        ("x<!-- hidden -->y", "x y"),
-        ("<script>alert(1)</script>text", "text"),
-        ("<BR/>upper", "upper"),
-        ("List<String> and Map<K, V>", "List<String> and Map<K, V>"),  # code, not markup
-        ("a < b and c > d", "a < b and c > d"),
-        ("AT&T and R&D", "AT&T and R&D"),
-        ("plain text", "plain text"),
-    ],
-)
-def test_strip_markup(text: str, clean: str) -> None:
-    assert strip_markup(text) == clean
-    assert has_markup(text) is (text != clean)
 
 
 def hit(content: str, title: str = "Title") -> dict:

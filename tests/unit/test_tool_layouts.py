@@ -19,7 +19,6 @@ import pytest
 from helpers.setup import new_kb, settings_for
 
 from es_provider.config.knowledge import KnowledgeBase
-from es_provider.core.presets import PRESETS
 from es_provider.offline.proposal import flatten, propose
 from es_provider.protocols import dify
 from es_provider.protocols import sparktide_items as items
@@ -305,10 +304,3 @@ def test_the_uri_rule_is_said_once_at_start(schema: str, fields: dict | None, sa
         log_exposure(settings_for("http://127.0.0.1:9", kb))
     lines = [r.getMessage() for r in caplog.records if "source uri" in r.getMessage()]
     assert lines == ([f"knowledge base {kb.id}: {said}"] if said else [])
-
-
-def test_the_presets_whose_uri_holds_paths_say_so() -> None:
-    from es_provider.core.presets import uri_note
-
-    assert {name for name, preset in PRESETS.items() if "file paths" in (uri_note(preset) or "")} == {
-        "langchain", "llamaindex"}

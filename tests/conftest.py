@@ -310,7 +310,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 # The slowest modules (seconds in 4 processes on 2 cores, 12-02), run first: pytest-xdist hands out whole modules
 # (--dist loadfile) in collection order, so a slow module collected last ran on alone at the end (about 40 s).
 SLOW_FIRST = tuple(f"tests/integration/test_{name}.py" for name in (
-    "scim", "scim_conformance", "ingest_sync", "agentarts", "reliability_isolation", "workers", "reliability_operations", "dify",
+    "scim", "scim_conformance", "ingest_sync", "ingest_sync_interrupted", "agentarts", "reliability_isolation", "workers", "reliability_operations", "dify",
     "reliability_reindex", "workbench_browser", "principals_cli", "ingest_lifecycle", "reliability_vector",
     "vector_operations", "reliability_hostile_ingest", "live_identities", "sparktide_answers", "access_record"))
 

@@ -5,11 +5,24 @@ keeps both cores busy). A thread, because main runs its own event loop and async
 from __future__ import annotations
 
 import io
+import os
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import redirect_stderr, redirect_stdout
+from typing import Any
 
 from es_provider.cli import main
+
+
+def in_subprocess(url: str, *argv: str, wait: bool = True) -> Any:
+    """The real command in its own process, against the node (or proxy) at `url`: its result, or with wait=False
+    the running process (a test that kills it)."""
+    env = {**os.environ, "OPENSEARCH_URL": url}
+    command = [sys.executable, "-m", "es_provider.cli", *argv]
+    if not wait:
+        return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
 def in_process(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

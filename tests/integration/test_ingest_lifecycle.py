@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -17,7 +14,7 @@ from typing import Any
 import pytest
 from helpers import served
 from helpers.calls import ROUTE, body, headers
-from helpers.command import in_process
+from helpers.command import in_process, in_subprocess
 from helpers.interrupt import kill_once_written
 from helpers.setup import api_key, bearer, load_records, new_kb
 
@@ -34,14 +31,6 @@ def write_config(tmp_path: Path, kb) -> Path:
     return served.write_config(tmp_path / "config.toml", "http://127.0.0.1:9200", [entry])
 
 
-def cli(opensearch, *args: str, wait: bool = True) -> Any:
-    env = {**os.environ, "OPENSEARCH_URL": opensearch.url}
-    command = [sys.executable, "-m", "es_provider.cli", *args]
-    if not wait:
-        return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-
-
 async def chunks(engine, kb, **term: Any) -> list[dict[str, Any]]:
     await engine.refresh(kb.alias)
     query = {"term": term} if term else {"match_all": {}}
@@ -52,8 +41,8 @@ async def chunks(engine, kb, **term: Any) -> list[dict[str, Any]]:
 
 async def test_every_file_format_and_named_failures(opensearch, engine, kb, tmp_path, client_for) -> None:
     config = write_config(tmp_path, kb)
-    result = cli(opensearch, "ingest", "--config", str(config), "--kb", kb.id, "--tenant", "team-a",
-                 "--groups", "eng", str(FILES))
+    result = in_subprocess(opensearch.url, "ingest", "--config", str(config), "--kb", kb.id, "--tenant", "team-a",
+                           "--groups", "eng", str(FILES))
     assert result.returncode == 1, result.stderr  # two files cannot be read
     assert "broken.pdf: not a readable PDF" in result.stderr
     assert "notes.xyz: unsupported file type .xyz" in result.stderr
@@ -102,12 +91,13 @@ async def test_delete_removes_every_chunk(opensearch, engine, kb, tmp_path) -> N
         {"document_id": "gone", "content": " ".join(["Words here."] * 300), "acl": {"public": True}},
         {"document_id": "kept", "content": "Stays.", "acl": {"public": True}}])
     assert len(await chunks(engine, kb, document_id="gone")) > 1
-    result = cli(opensearch, "delete", "--config", str(write_config(tmp_path, kb)), "--kb", kb.id,
-                 "--document", "gone")
+    result = in_subprocess(opensearch.url, "delete", "--config", str(write_config(tmp_path, kb)), "--kb", kb.id,
+                           "--document", "gone")
     assert result.returncode == 0, result.stderr
     assert await chunks(engine, kb, document_id="gone") == []
     assert len(await chunks(engine, kb, document_id="kept")) == 1
-    again = cli(opensearch, "delete", "--config", str(write_config(tmp_path, kb)), "--kb", kb.id, "--document", "gone")
+    again = in_subprocess(opensearch.url, "delete", "--config", str(write_config(tmp_path, kb)), "--kb", kb.id,
+                          "--document", "gone")
     assert again.returncode == 1 and "has no chunks" in again.stderr
 
 
@@ -133,20 +123,20 @@ async def test_grant_and_revoke_take_effect_on_the_next_query_everywhere(opensea
                 bool((await r3.json())["records"]))
 
     assert await bob_sees() == (False, False, False)
-    result = cli(opensearch, "acl", "grant", "--config", config, "--kb", kb.id, "--document", "plan",
-                 "--subjects", "u-bob")
+    result = in_subprocess(opensearch.url, "acl", "grant", "--config", config, "--kb", kb.id, "--document", "plan",
+                           "--subjects", "u-bob")
     assert result.returncode == 0, result.stderr
     assert await bob_sees() == (True, True, True)
-    result = cli(opensearch, "acl", "revoke", "--config", config, "--kb", kb.id, "--document", "plan",
-                 "--subjects", "u-bob")
+    result = in_subprocess(opensearch.url, "acl", "revoke", "--config", config, "--kb", kb.id, "--document", "plan",
+                           "--subjects", "u-bob")
     assert result.returncode == 0, result.stderr
     assert await bob_sees() == (False, False, False)
     # Public, then not public again.
-    assert cli(opensearch, "acl", "grant", "--config", config, "--kb", kb.id, "--document", "plan",
-               "--public").returncode == 0
+    assert in_subprocess(opensearch.url, "acl", "grant", "--config", config, "--kb", kb.id, "--document", "plan",
+                         "--public").returncode == 0
     assert await bob_sees() == (True, True, True)
-    assert cli(opensearch, "acl", "revoke", "--config", config, "--kb", kb.id, "--document", "plan",
-               "--public").returncode == 0
+    assert in_subprocess(opensearch.url, "acl", "revoke", "--config", config, "--kb", kb.id, "--document", "plan",
+                         "--public").returncode == 0
     assert await bob_sees() == (False, False, False)
     assert (await chunks(engine, kb))[0]["acl"] == {"subjects": ["u-alice"], "groups": [], "public": False}
 
@@ -211,7 +201,8 @@ def big_jsonl(path: Path, documents: int) -> Path:
 @pytest.mark.engines  # what differs by engine: the core-API write paths: index settings
 async def test_large_load_restores_refresh(opensearch, engine, kb, tmp_path) -> None:
     data = big_jsonl(tmp_path / "big.jsonl", 600)
-    result = cli(opensearch, "ingest", "--config", str(write_config(tmp_path, kb)), "--kb", kb.id, str(data))
+    result = in_subprocess(opensearch.url, "ingest", "--config", str(write_config(tmp_path, kb)), "--kb", kb.id,
+                           str(data))
     assert result.returncode == 0, result.stderr
     settings = await engine._client.indices.get_settings(index=kb.alias)
     assert next(iter(settings.values()))["settings"]["index"]["refresh_interval"] == "1s"
@@ -224,16 +215,16 @@ async def test_killed_ingest_converges_on_a_rerun(opensearch, engine, kb, tmp_pa
     await admin.create(engine, clean, admin.load_index_body())
     try:
         config = write_config(tmp_path, kb)
-        process = cli(opensearch, "ingest", "--config", str(config), "--kb", kb.id, str(data), wait=False)
+        process = in_subprocess(opensearch.url, "ingest", "--config", str(config), "--kb", kb.id, str(data), wait=False)
         killed_mid_way = await kill_once_written(process, lambda: engine.count(f"{kb.alias}-v1"))
         assert killed_mid_way, "the ingest finished before it could be killed; make the corpus larger"
 
-        rerun = cli(opensearch, "ingest", "--config", str(config), "--kb", kb.id, str(data))
+        rerun = in_subprocess(opensearch.url, "ingest", "--config", str(config), "--kb", kb.id, str(data))
         assert rerun.returncode == 0, rerun.stderr
         clean_config = tmp_path / "clean.toml"
         clean_config.write_text(config.read_text().replace(f'id = "{kb.id}"', 'id = "clean"')
                                 .replace(kb.alias, clean.alias))
-        result = cli(opensearch, "ingest", "--config", str(clean_config), "--kb", "clean", str(data))
+        result = in_subprocess(opensearch.url, "ingest", "--config", str(clean_config), "--kb", "clean", str(data))
         assert result.returncode == 0, result.stderr
 
         def fingerprint(stored: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -270,7 +261,7 @@ async def test_engine_failure_during_a_scan_is_one_line(engine, opensearch, tmp_
                  "secret_ref": "TEST_CALLBACK_KEY", "apps": ["app-1"], "retrieval": "hybrid", "embedder": "e5"}
         config = served.write_config(tmp_path / "config.toml", proxy.url, [entry], embedders={"e5": E5})
         proxy.status, proxy.fail_matching = 503, "scroll"  # the scan fails; everything else goes through
-        done = await asyncio.to_thread(cli, type("Node", (), {"url": proxy.url})(), "kb", "reindex", "--config",
+        done = await asyncio.to_thread(in_subprocess, proxy.url, "kb", "reindex", "--config",
                                        str(config), "--kb", kb.id)
         assert done.returncode != 0
         assert done.stderr.count("\n") == 1 and done.stderr.startswith("es-provider: engine: KNOWLEDGE_"), done.stderr
@@ -289,7 +280,7 @@ async def test_engine_failure_during_bulk_names_each_document(engine, opensearch
         records.write_text("".join(json.dumps({"document_id": f"d{i}", "content": "alpha", "acl": {"public": True}})
                                    + "\n" for i in range(3)))
         proxy.status, proxy.fail_matching = 503, "_bulk"
-        done = await asyncio.to_thread(cli, type("Node", (), {"url": proxy.url})(), "ingest", "--config", str(config),
+        done = await asyncio.to_thread(in_subprocess, proxy.url, "ingest", "--config", str(config),
                                        "--kb", kb.id, str(records))
         assert done.returncode == 1 and "Traceback" not in done.stderr + done.stdout
         failed = [line for line in done.stderr.splitlines() if line.startswith("failed: ")]
@@ -322,7 +313,8 @@ async def test_ingest_into_an_index_made_before_context_adds_the_field(opensearc
         data = tmp_path / "docs.jsonl"
         data.write_text(json.dumps({"document_id": "d1", "content": "Turbine blade inspection schedule.",
                                     "tenant_id": "team-a", "acl": {"public": True}}) + "\n")
-        result = cli(opensearch, "ingest", "--config", str(write_config(tmp_path, old)), "--kb", old.id, str(data))
+        result = in_subprocess(opensearch.url, "ingest", "--config", str(write_config(tmp_path, old)), "--kb", old.id,
+                               str(data))
         assert result.returncode == 0, result.stderr
         await engine.refresh(old.alias)
         budget = fixed_budget(10_000, now_monotonic=time.monotonic())

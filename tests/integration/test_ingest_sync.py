@@ -1,117 +1,31 @@
 """`es-provider ingest --sync` (issue 29 §4, docs/ingest.md) on a real node, through the real command: documents
-removed from a folder leave the answers after the next sync while the others stay; a sync interrupted mid-way
-(a file that cannot be read, the engine failing part-way, an exception after some writes, a kill) removes
-nothing; another tenant's or another source's documents with the same ids are never touched, on the by-query
-path and on the core-API one; a dry run lists and changes nothing; a sync without --source is refused."""
+removed from a folder leave the answers after the next sync while the others stay; another tenant's or another
+source's documents with the same ids are never touched, on the by-query path and on the core-API one; a dry run
+lists and changes nothing; a sync without --source is refused. A sync that does not finish (a file that cannot be
+read, the engine failing part-way, an exception after some writes, a kill) removes nothing:
+test_ingest_sync_interrupted.py."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import shutil
-import subprocess
-import sys
-import textwrap
-import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
-from helpers import served
-from helpers.calls import ROUTE, body, headers
-from helpers.command import in_process
-from helpers.interrupt import kill_once_written
-from helpers.setup import api_key, bearer, new_kb
+from helpers.command import in_process, in_subprocess
+from helpers.setup import new_kb
+from helpers.syncing import Sync, answered, broken_pdf, chunks, doc_text, held, serve, write_config
 
-from es_provider.core.deadline import fixed_budget
 from es_provider.engine.client import Engine
 from es_provider.ingest import admin, sync
 from es_provider.ingest.ownership import LABEL_FIELD
 from es_provider.ingest.records import AclRecord, DocumentRecord, SourceDocument, SourceRef
 from es_provider.ingest.writer import chunk_documents
-from harness.proxy import EngineProxy
-
-FILES = Path(__file__).resolve().parent.parent / "fixtures" / "files"
-TOPIC = "turbine inspection"
-
-
-def write_config(tmp_path: Path, kb: Any) -> Path:
-    return served.write_config(tmp_path / "config.toml", "http://127.0.0.1:9200", [served.kb_entry(kb.alias)])
-
-
-def cli(url: str, *args: str, wait: bool = True) -> Any:
-    """The real command in its own process, against the node (or proxy) at `url`."""
-    env = {**os.environ, "OPENSEARCH_URL": url}
-    command = [sys.executable, "-m", "es_provider.cli", *args]
-    if not wait:
-        return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-
-
-@dataclass
-class Sync:
-    """`ingest --sync` of one folder into one knowledge base, as an operator's cron job would run it."""
-
-    url: str
-    config: Path
-    kb: Any
-    folder: Path
-
-    def run(self, *extra: str, source: str | None = "wiki", tenant: str | None = "team-a",
-            paths: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-        args = ["ingest", "--config", str(self.config), "--kb", self.kb.id, "--groups", "eng"]
-        args += ["--tenant", tenant] if tenant else []
-        args += ["--source", source] if source else []
-        return cli(self.url, *args, "--sync", *extra, *(paths or (str(self.folder),)))
-
-    def files(self, names: dict[str, str]) -> None:
-        """Makes the folder hold exactly these files (name → text)."""
-        shutil.rmtree(self.folder, ignore_errors=True)
-        self.folder.mkdir(parents=True)
-        for name, text in names.items():
-            (self.folder / name).parent.mkdir(parents=True, exist_ok=True)
-            (self.folder / name).write_text(text)
-
-
-def doc_text(name: str, extra: str = "") -> str:
-    return f"# {name}\n\nThe {TOPIC} notes of {name}. {extra}\n"
 
 
 @pytest.fixture
 def wiki(opensearch, kb, tmp_path) -> Sync:
-    return Sync(opensearch.url, write_config(tmp_path, kb), kb, tmp_path / "wiki")
-
-
-async def chunks(engine: Engine, kb: Any, query: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    await engine.refresh(kb.alias)
-    budget = fixed_budget(10_000, now_monotonic=time.monotonic())
-    response = await engine.search(kb.alias, {"size": 10000, "query": query or {"match_all": {}},
-                                              "sort": ["chunk_id"]}, budget)
-    return [hit["_source"] for hit in response.get("hits", {}).get("hits", [])]
-
-
-async def held(engine: Engine, kb: Any) -> set[tuple[str, str | None, str | None]]:
-    """(document id, tenant, source label) of every chunk."""
-    return {(c["document_id"], c.get("tenant_id"), c.get(LABEL_FIELD)) for c in await chunks(engine, kb)}
-
-
-async def serve(client_for: Any, kb: Any) -> Any:
-    """The service over the knowledge base, with a Dify key for u-alice of team-a."""
-    return await client_for(kb, api_keys=[api_key(["project-documents"], tenants=["team-a"], subject="u-alice")])
-
-
-async def answered(client: Any, execution: str) -> tuple[set[str], set[str]]:
-    """The documents u-alice of team-a is answered about the topic, through SparkTide and through Dify."""
-    sparktide = await client.post(ROUTE, json=body("u-alice", "team-a", query=TOPIC, topK=10, executionId=execution),
-                                  headers=headers(**{"Idempotency-Key": execution}))
-    dify = await client.post("/retrieval", headers=bearer(), data=json.dumps(
-        {"knowledge_id": "project-documents", "query": TOPIC, "retrieval_setting": {"top_k": 10, "score_threshold": 0}}))
-    assert sparktide.status == 200 and dify.status == 200
-    return ({item["documentId"] for item in (await sparktide.json())["items"]},
-            {record["metadata"]["document_id"] for record in (await dify.json())["records"]})
+    return Sync.of(opensearch.url, kb, tmp_path)
 
 
 @pytest.mark.engines  # what differs by engine: --sync's removal by query
@@ -142,151 +56,6 @@ async def test_documents_removed_from_the_folder_leave_the_answers_and_the_other
 
     again = wiki.run()  # nothing changed: nothing to remove
     assert again.returncode == 0 and "0 documents no longer in the source removed" in again.stdout
-
-
-def broken_pdf(folder: Path) -> None:
-    shutil.copy(FILES / "broken.pdf", folder / "broken.pdf")
-
-
-async def test_a_file_that_cannot_be_read_makes_the_sync_remove_nothing(wiki, engine, kb, client_for) -> None:
-    wiki.files({"alpha.md": doc_text("alpha"), "beta.md": doc_text("beta")})
-    assert wiki.run().returncode == 0
-    wiki.files({"alpha.md": doc_text("alpha")})
-    broken_pdf(wiki.folder)  # beta.md went, and a file the run cannot read came: it may be what beta.md became
-    failed = wiki.run()
-    assert failed.returncode == 1
-    assert "failed: " in failed.stderr and "broken.pdf: not a readable PDF" in failed.stderr
-    assert ("sync (source wiki, tenant team-a): nothing removed: the run had 1 failure, and a document it could "
-            "not read or write may still be in the source (1 document (1 chunk) of the scope not in the source)"
-            in failed.stdout), failed.stdout
-    assert not any(line.startswith("removed: ") for line in failed.stdout.splitlines())
-    assert await held(engine, kb) == {("alpha.md", "team-a", "wiki"), ("beta.md", "team-a", "wiki")}
-    assert await answered(await serve(client_for, kb), "kept") == ({"alpha.md", "beta.md"}, {"alpha.md", "beta.md"})
-
-    (wiki.folder / "broken.pdf").unlink()  # fixed: the next sync removes beta.md
-    fixed = wiki.run()
-    assert fixed.returncode == 0 and "removed: beta.md" in fixed.stdout, fixed.stdout + fixed.stderr
-    assert await held(engine, kb) == {("alpha.md", "team-a", "wiki")}
-
-
-class OutageAfterFirstBulk(EngineProxy):
-    """Forwards everything until one `_bulk` has gone through; every later `_bulk` is answered 503 (the engine
-    going away in the middle of a large run)."""
-
-    bulks = 0
-
-    async def _forward(self, request: web.Request) -> web.StreamResponse:
-        if "_bulk" in request.path:
-            self.bulks += 1
-            self.status, self.fail_matching = (503, "_bulk") if self.bulks > 1 else (None, None)
-        return await super()._forward(request)
-
-
-def records(path: Path, ids: list[str], version: str, words: int = 3) -> Path:
-    with path.open("w") as handle:
-        for doc_id in ids:
-            text = " ".join(f"Line {j} of {doc_id} about {TOPIC}." for j in range(words))
-            handle.write(json.dumps({"document_id": doc_id, "content": text, "tenant_id": "team-a",
-                                     "source": {"version": version}, "acl": {"groups": ["eng"]}}) + "\n")
-    return path
-
-
-async def test_an_engine_failing_part_way_makes_the_sync_remove_nothing(wiki, engine, kb, tmp_path) -> None:
-    ids = [f"doc-{i:04d}" for i in range(1200)]
-    first = wiki.run(paths=(str(records(tmp_path / "v1.jsonl", [*ids, "gone"], "v1")),))
-    assert first.returncode == 0, first.stderr
-    outage = await OutageAfterFirstBulk(engine.url).start()
-    try:
-        # One bulk request at a time, so that the first is whole (500 chunks) and every later one fails.
-        failed = await asyncio.to_thread(Sync(outage.url, wiki.config, kb, wiki.folder).run, "--concurrency", "1",
-                                         paths=(str(records(tmp_path / "v2.jsonl", ids, "v2")),))
-    finally:
-        await outage.close()
-    assert failed.returncode == 1
-    said = failed.stdout + failed.stderr
-    # 700 documents failed; where the engine deletes through `_bulk` too (Elasticsearch without the reindex
-    # module), the stale-chunk cleanup of the 500 written ones fails as well, and the run stops there.
-    assert ("nothing removed: the run had 700 failures" in failed.stdout
-            or "sync: nothing removed (the run did not finish)\n" in failed.stderr), said[-2000:]
-    stored = await chunks(engine, kb)
-    assert sum(1 for c in stored if c["version"] == "v2") == 500  # written before the outage
-    assert any(c["document_id"] == "gone" for c in stored)
-
-    finished = wiki.run(paths=(str(tmp_path / "v2.jsonl"),))  # the engine is back: the same run again
-    assert finished.returncode == 0, finished.stderr
-    assert "removed: gone\n" in finished.stdout
-    assert {c["document_id"] for c in await chunks(engine, kb)} == set(ids)
-
-
-INTERRUPT_AFTER = textwrap.dedent("""
-    import sys
-
-    from es_provider import cli
-    from es_provider.core.errors import ErrorCode, KnowledgeError
-    from es_provider.engine.client import Engine
-
-    limit, sent, original = int(sys.argv[1]), 0, Engine.bulk
-
-
-    def bulk(self, actions, **kwargs):
-        async def until_the_limit():
-            global sent
-            async for action in actions:
-                if sent == limit:
-                    raise KnowledgeError(ErrorCode.UNAVAILABLE, detail="injected: the engine went away")
-                sent += 1
-                yield action
-        return original(self, until_the_limit(), **kwargs)
-
-
-    Engine.bulk = bulk
-    sys.exit(cli.main(sys.argv[2:]))
-""")
-
-
-async def test_an_exception_after_some_writes_makes_the_sync_remove_nothing(wiki, engine, kb, tmp_path) -> None:
-    """The real command, its engine's bulk made to raise after 700 chunks (500 of them written): the run stops
-    with the error and says that nothing was removed."""
-    ids = [f"doc-{i:04d}" for i in range(1000)]
-    assert wiki.run(paths=(str(records(tmp_path / "v1.jsonl", [*ids, "gone"], "v1")),)).returncode == 0
-    script = tmp_path / "interrupted.py"
-    script.write_text(INTERRUPT_AFTER)
-    env = {**os.environ, "OPENSEARCH_URL": engine.url}
-    interrupted = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, str(script), "700", "ingest", "--config", str(wiki.config), "--kb", kb.id, "--tenant",
-         "team-a", "--source", "wiki", "--sync", "--concurrency", "1", str(records(tmp_path / "v2.jsonl", ids, "v2"))],
-        env=env, capture_output=True, text=True, timeout=300)
-    assert interrupted.returncode == 1
-    assert interrupted.stderr.splitlines() == [
-        "sync: nothing removed (the run did not finish)",
-        "es-provider: engine: KNOWLEDGE_UNAVAILABLE (injected: the engine went away)"], interrupted.stderr
-    stored = await chunks(engine, kb)
-    assert sum(1 for c in stored if c["version"] == "v2") == 500
-    assert any(c["document_id"] == "gone" for c in stored)
-
-
-async def test_a_killed_sync_removes_nothing_and_a_rerun_finishes_it(wiki, engine, kb, tmp_path) -> None:
-    ids = [f"doc-{i:05d}" for i in range(1500)]  # 3,000 chunks
-    assert wiki.run(paths=(str(records(tmp_path / "v1.jsonl", ["keep", "gone"], "v1")),)).returncode == 0
-    data = records(tmp_path / "v2.jsonl", ["keep", *ids], "v2", words=60)
-    process = cli(engine.url, "ingest", "--config", str(wiki.config), "--kb", kb.id, "--tenant", "team-a",
-                  "--source", "wiki", "--sync", str(data), wait=False)
-
-    async def written() -> int:
-        await engine.refresh(kb.alias)  # a large load turns refresh off: counted without, the kill would come late
-        return await engine.count(kb.alias)
-
-    killed_mid_way = await kill_once_written(process, written, every_s=0.05)
-    assert killed_mid_way, "the sync finished before it could be killed; make the corpus larger"
-    await engine.refresh(kb.alias)
-    assert any(c["document_id"] == "gone" for c in await chunks(engine, kb, {"term": {"document_id": "gone"}}))
-
-    rerun = wiki.run(paths=(str(data),))
-    assert rerun.returncode == 0, rerun.stderr
-    assert "removed: gone\n" in rerun.stdout and "1 document no longer in the source removed" in rerun.stdout
-    assert await engine.count(kb.alias, {"term": {"document_id": "gone"}}) == 0
-    assert await engine.count(kb.alias) == await engine.count(kb.alias, {"term": {LABEL_FIELD: "wiki"}})
 
 
 async def plant(engine: Engine, kb: Any, document_id: str, *, tenant: str | None, label: str | None,
@@ -410,7 +179,7 @@ async def test_a_document_belongs_to_the_source_that_wrote_it(wiki, engine, kb, 
     assert ("failed: document shared.md: the knowledge base holds it from source 'wiki', not 'drive'; not written"
             in taken.stderr), taken.stderr
     assert "nothing removed: the run had 1 failure" in taken.stdout
-    plain = cli(wiki.url, "ingest", "--config", str(wiki.config), "--kb", kb.id, "--tenant", "team-a", "--groups",
+    plain = in_subprocess(wiki.url, "ingest", "--config", str(wiki.config), "--kb", kb.id, "--tenant", "team-a", "--groups",
                 "eng", str(drive.folder / "shared.md"))
     assert plain.returncode == 1
     assert "holds it from source 'wiki'; not written without --source wiki" in plain.stderr
@@ -420,7 +189,7 @@ async def test_a_document_belongs_to_the_source_that_wrote_it(wiki, engine, kb, 
 
     # Documents that no source wrote are taken over by the first sync that holds them.
     (tmp_path / "loose.md").write_text(doc_text("loose"))
-    assert cli(wiki.url, "ingest", "--config", str(wiki.config), "--kb", kb.id, "--tenant", "team-a", "--groups",
+    assert in_subprocess(wiki.url, "ingest", "--config", str(wiki.config), "--kb", kb.id, "--tenant", "team-a", "--groups",
                "eng", str(tmp_path / "loose.md")).returncode == 0
     shutil.copy(tmp_path / "loose.md", wiki.folder / "loose.md")
     adopted = wiki.run()
@@ -458,7 +227,7 @@ async def test_an_index_made_before_source_labels_gets_the_field(opensearch, eng
     del body["mappings"]["properties"][LABEL_FIELD]
     await admin.create(engine, old, body)
     try:
-        wiki = Sync(opensearch.url, write_config(tmp_path, old), old, tmp_path / "wiki")
+        wiki = Sync.of(opensearch.url, old, tmp_path)
         wiki.files({"alpha.md": doc_text("alpha"), "beta.md": doc_text("beta")})
         # A dry run writes nothing, the mapping included: with no labelled chunk, nothing is in its scope.
         planned = wiki.run("--dry-run")

@@ -1,6 +1,7 @@
 """`es-provider …` run through its own main in a thread of the test's process: the same parser, checks, exit codes
 and output as the command, without a new interpreter per call (about 4 s of CPU each while make test's first phase
-keeps both cores busy). A thread, because main runs its own event loop and async tests are inside one."""
+keeps both cores busy). A thread, because main runs its own event loop and async tests are inside one.
+in_subprocess runs it in a process of its own, for a test that kills it or needs its real exit."""
 
 from __future__ import annotations
 

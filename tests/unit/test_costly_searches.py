@@ -11,24 +11,8 @@ import pytest
 from es_provider.config.serving import ServerSettings
 from es_provider.core.deadline import fixed_budget
 from es_provider.core.errors import ErrorCode, KnowledgeError
-from es_provider.core.metadata import costly, parse
 from es_provider.core.metrics import Metrics
 from es_provider.edge.admission import Admission
-
-
-@pytest.mark.parametrize(
-    ("conditions", "expected"),
-    [
-        ([{"name": "a", "comparison_operator": "contains", "value": "x"}], True),
-        ([{"name": "a", "comparison_operator": "end with", "value": "x"}], True),
-        ([{"name": "a", "comparison_operator": "not contains", "value": "x"}], True),
-        ([{"name": "a", "comparison_operator": "start with", "value": "x"}], False),
-        ([{"name": "a", "comparison_operator": "is", "value": "x"}], False),
-        ([{"name": "a", "comparison_operator": "contains", "value": None}], False),  # left out: blank value
-    ],
-)
-def test_which_conditions_are_costly(conditions: list, expected: bool) -> None:
-    assert costly(parse("and", conditions)) is expected
 
 
 @pytest.mark.parametrize(("active", "configured", "allowed"), [(16, None, 4), (4, None, 1), (3, None, 1), (8, 3, 3)])

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from es_provider.core.metadata import MATCH_ALL, MATCH_NONE, Condition, ConditionError, parse, translate_one
+from es_provider.core.metadata import MATCH_ALL, MATCH_NONE, Condition, ConditionError, costly, parse, translate_one
 
 TYPES = {"category": "keyword", "year": "double", "flag": "boolean", "when": "date"}
 
@@ -161,3 +161,19 @@ def test_metadata_values_are_bounded(operator, value, ok) -> None:
     else:
         with pytest.raises(ConditionError, match="at most"):
             parse("and", conditions)
+
+
+# Leading-wildcard patterns are costly: such searches take turns (edge/admission.py).
+@pytest.mark.parametrize(
+    ("conditions", "expected"),
+    [
+        ([{"name": "a", "comparison_operator": "contains", "value": "x"}], True),
+        ([{"name": "a", "comparison_operator": "end with", "value": "x"}], True),
+        ([{"name": "a", "comparison_operator": "not contains", "value": "x"}], True),
+        ([{"name": "a", "comparison_operator": "start with", "value": "x"}], False),
+        ([{"name": "a", "comparison_operator": "is", "value": "x"}], False),
+        ([{"name": "a", "comparison_operator": "contains", "value": None}], False),  # left out: blank value
+    ],
+)
+def test_which_conditions_are_costly(conditions: list, expected: bool) -> None:
+    assert costly(parse("and", conditions)) is expected

@@ -1,6 +1,7 @@
 """core/schema.py: an existing index's schema read through the pure translation: a field's value in a `_source`,
 the permission clauses and the re-check from one definition (they agree on every source, for every preset with
-permissions), fail-closed defaults, a filter without its field unenforceable, the clauses on the schema's fields."""
+permissions), fail-closed defaults, a filter without its field unenforceable, the clauses on the schema's fields,
+and a stored uri kept exactly where SparkTide's schema takes it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pytest
 from es_provider.core import acl
 from es_provider.core.acl import Filter, Identity
 from es_provider.core.presets import PRESETS
-from es_provider.core.schema import ID, OWN, Schema, source_path, value_at
+from es_provider.core.schema import ID, OWN, Schema, source_path, value_at, web_uri
+from es_provider.protocols import sparktide_items as items
 
 CORP = Schema(name="custom", text=("body", "heading"), title="heading", document_id="doc_id", chunk_id=ID,
               tenant="tenant", subjects="owner", groups="allowed_groups", public=None, principals=None,
@@ -152,3 +154,13 @@ def test_clause_fields_are_the_schema_fields() -> None:
                                 "minimum_should_match": 1}}
     no_tenant = Identity.of("app", None, "alice")
     assert acl.permission_clauses(no_tenant, [Filter.TENANT], CORP)[0][1] == acl.NOTHING
+
+
+@pytest.mark.parametrize("value", [
+    "https://example.com/a?b=c", "http://example.com", "https://例子.cn/文档", "ftp://example.com/a",
+    "https://user:pw@example.com", "https:///path-only", "mailto:a@b.c", "javascript:alert(1)", "",
+    "https://example.com/" + "a" * 2030, "https://example.com:99999/", None, 5, "/data/handbook.pdf",
+    "docs/a.md", "file:///data/a.pdf", "C:\\docs\\a.pdf", "s3://bucket/doc.pdf"])
+def test_web_uri_is_what_sparktide_accepts(value: Any) -> None:
+    """One rule for every protocol: what hits.py keeps is exactly what SparkTide's schema takes."""
+    assert (web_uri(value) is not None) is items.valid_uri(value)

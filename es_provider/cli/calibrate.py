@@ -32,7 +32,7 @@ def cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
         except (OSError, ValueError, KeyError) as exc:
             return fail(f"judgments: {exc}")
         kb = find_kb(settings, kb_id)
-        sets.append((kb, calibrate.Judged(texts, judgments, weight=weight, schema=kb.layout)))
+        sets.append((kb, calibrate.Judged(texts, judgments, weight=weight, schema=kb.index_schema)))
 
     async def work(engine: Engine) -> int:
         reranker = Reranker(settings.rerank, os.environ) if settings.rerank is not None else None

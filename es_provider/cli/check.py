@@ -95,8 +95,8 @@ def served(kb: KnowledgeBase, specs: Mapping[str, Mapping[str, Mapping[str, Any]
         return Served(kb.id, kb.alias, (f"no index behind {kb.alias}: {fix}",))
     if not kb.existing:
         return Served(kb.id, kb.alias)
-    found = layout.problems(kb.layout, specs, dimensions)
-    return Served(kb.id, kb.alias, tuple(found + (keyword_hints(kb.layout, specs) if found else [])))
+    found = layout.problems(kb.index_schema, specs, dimensions)
+    return Served(kb.id, kb.alias, tuple(found + (keyword_hints(kb.index_schema, specs) if found else [])))
 
 
 async def knowledge_served(engine: Engine, settings: Settings) -> list[Served]:
@@ -109,7 +109,7 @@ async def knowledge_served(engine: Engine, settings: Settings) -> list[Served]:
             if not await engine.searchable(kb.alias, budget):
                 specs = None
             elif kb.existing:
-                specs = await engine.field_specs(kb.alias, layout.checked_fields(kb.layout), budget)
+                specs = await engine.field_specs(kb.alias, layout.checked_fields(kb.index_schema), budget)
             else:  # the service's own: made by `kb create`, its mapping the service's (readiness checks no more)
                 specs = {kb.alias: {}}
         except KnowledgeError as exc:

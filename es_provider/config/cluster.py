@@ -1,5 +1,5 @@
 """How the service reaches an engine cluster: [opensearch] (it serves Elasticsearch too) and the same block under
-[access_log] for a cluster of its own. One model, so every client (search door, opensearch-py, the access record,
+[access_log] for a cluster of its own. One model, so every client (HTTP/1.1 client, opensearch-py, the access record,
 the CLI) is built from the same keys by engine/connection.py. Apart from serving.py because companies' clusters
 need TLS and credentials, and those rules are checked across keys here, naming them.
 """

@@ -233,7 +233,7 @@ class KnowledgeBase(ConfigModel):
     queries. A search over several knowledge bases uses `[scoring]` unless all of them have the same."""
 
     @cached_property
-    def layout(self) -> Schema:
+    def index_schema(self) -> Schema:
         """The Schema value the translation reads (schema.py)."""
         preset = PRESETS[self.schema_name]
         if self.fields is None:
@@ -252,7 +252,7 @@ class KnowledgeBase(ConfigModel):
     @property
     def existing(self) -> bool:
         """An index the service did not create: served read-only."""
-        return not self.layout.own
+        return not self.index_schema.own
 
     def key_filters(self, *, end_user: bool = False) -> Filters:
         """The filters an API-key request enforces here: the key's tenant scope always (unless `open_to_keys`),
@@ -287,7 +287,7 @@ class KnowledgeBase(ConfigModel):
             if self.fields is not None or self.public_when_unset:
                 raise ValueError("fields and public_when_unset are for an existing index's schema, not es-provider's")
             return
-        layout = self.layout
+        layout = self.index_schema
         if not layout.text:
             raise ValueError(f"schema {self.schema_name!r} needs fields.text")
         if Filter.TENANT in self.mandatory_filters and layout.tenant is None:

@@ -1,6 +1,6 @@
 """The service's own indices — the replay store, the principal store and the access record's days — listed from
 the settings (`wanted`, pure), made ahead of their first write by `es-provider prepare` (a user of the ingest duty)
-and checked by the serving process (`Keeper`): a serve user that may not create indices then finds them there, the
+and checked by the serving process (`IndexMaker`): a serve user that may not create indices then finds them there, the
 next day's access index included, and `/readyz` says which one is missing instead of a request failing first.
 Made here, never by a write: a node's auto-creation would give them dynamic mappings (their keywords as text).
 """
@@ -73,7 +73,7 @@ async def ensure(engine: Engine, index: OwnIndex) -> bool:
     return await engine.ensure_index(index.name, index.body)
 
 
-class Keeper:
+class IndexMaker:
     """The serving process's side: makes what is missing (today's and tomorrow's access index included, so a day
     never begins without its index), and keeps what it could not make as the reason `/readyz` gives until a later
     look finds it there."""

@@ -1,4 +1,4 @@
-"""What every part of the Engine stands on: its two clients (opensearch-py's and the search door), `_call` and what
+"""What every part of the Engine stands on: its two clients (opensearch-py's and the HTTP/1.1 client), `_call` and what
 the engine is (its `GET /`, flavor, plugins and modules). Every call runs inside a budget: the client's request
 timeout, an asyncio timeout and the tenacity retries of transient failures (transient.py) all stop when the budget
 is spent; and inside the one error boundary (errors.py). Separate so that the operation mixins (indices, documents,
@@ -25,7 +25,7 @@ from es_provider.engine.credentials import Authorizer
 from es_provider.engine.dialect import Flavor
 from es_provider.engine.errors import UnsupportedEngineError, aws_refusal, engine_errors
 from es_provider.engine.transient import never_sent, transient
-from es_provider.engine.transport import ClientConnection, OrjsonSerializer, SearchDoor
+from es_provider.engine.transport import ClientConnection, Http1Client, OrjsonSerializer
 
 log = logging.getLogger("es_provider.engine")
 T = TypeVar("T")
@@ -76,7 +76,7 @@ class EngineBase:
             http_auth=_client_auth(self.connection.auth), http_compress=False,
             connection_class=ClientConnection,
         )
-        self._door = SearchDoor(self.connection)
+        self._http1 = Http1Client(self.connection)
         self._flavor: Flavor | None = None  # which engine answers: learnt from GET / at the first call that cares
         self._by_query = by_query
         self._ensured: set[str] = set()  # the service's own indices this process made or saw exist (indices.py)
@@ -97,7 +97,7 @@ class EngineBase:
 
     async def close(self) -> None:
         await self._client.close()
-        self._door.close()
+        self._http1.close()
         await self.connection.close()
 
     def _default_budget(self) -> Budget:

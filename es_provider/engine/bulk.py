@@ -1,5 +1,5 @@
 """Many documents written in one request through the Engine: `append` (create-only rows in one `_bulk` on the
-search door, making a missing index) and `bulk` (opensearch-py's streaming bulk, each action's outcome yielded).
+HTTP/1.1 client, making a missing index) and `bulk` (opensearch-py's streaming bulk, each action's outcome yielded).
 Separate from the single-document operations; the by-query fallbacks write through `bulk` too.
 """
 
@@ -22,7 +22,7 @@ class Bulk(IndexAdmin):
     async def append(self, rows: list[tuple[str, str, bytes]], index_body: dict[str, Any],
                      budget: Budget | None = None) -> list[tuple[int, int, str]]:
         """Create-only writes of serialised documents `(index, id, document)` in one `_bulk` through the search
-        door; an index that does not exist yet is made with `index_body` and its rows sent again (nodes may refuse
+        client; an index that does not exist yet is made with `index_body` and its rows sent again (nodes may refuse
         to create indices on write). Written twice (a retry after a lost answer), a row is a 409, not a second copy.
         Returns the rows not written: (position, status, error type)."""
         for index in sorted({index for index, _, _ in rows}):  # made with its mappings before its first write
@@ -45,7 +45,7 @@ class Bulk(IndexAdmin):
                            for index, doc_id, document in rows)
 
         async def run(_: float) -> dict[str, Any]:
-            return await self._door.post("/_bulk", payload, "application/x-ndjson")
+            return await self._http1.post("/_bulk", payload, "application/x-ndjson")
 
         answer = await self._call(budget, run)
         if not answer.get("errors"):

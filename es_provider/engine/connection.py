@@ -2,7 +2,7 @@
 path prefix a gateway needs kept), one TLS context (the company CA replacing the system's trust, a pinned
 fingerprint, a client certificate, or verification off when `insecure`) and one authorizer (basic, API key or
 SigV4, whose credentials refresh runs from the first use to `close()`).
-Both clients, the search door and opensearch-py (admin, bulk, scans, the CLI, the stores, the access record), are
+Both clients, the HTTP/1.1 client and opensearch-py (admin, bulk, scans, the CLI, the stores, the access record), are
 built from it, so there is no second place that opens a connection. Secrets are read here, at start: a missing one
 stops the start naming its variable; none is ever part of a URL.
 """

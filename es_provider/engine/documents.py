@@ -31,7 +31,7 @@ class Documents(IndexAdmin):
                           index_body: dict[str, Any] | None = None) -> bool:
         """Writes `document` under `doc_id` unless that id exists: True when this call made it, False when it was
         there already. The engine decides (its version map, no refresh needed), so any number of processes agree.
-        A missing index is created with `index_body` first. On the search door (a signed callback's hot path);
+        A missing index is created with `index_body` first. On the HTTP/1.1 client (a signed callback's hot path);
         not retried once sent: a lost answer to a create that happened would read as "there already"."""
         path = f"/{index}/_create/{doc_id}"  # ids here are hex digests, the index a configured name
         payload = orjson.dumps(document)
@@ -41,7 +41,7 @@ class Documents(IndexAdmin):
         async def run(left: float) -> bool:
             for attempt in range(2):  # the second only after making the missing index
                 try:
-                    await self._door.post(path, payload)
+                    await self._http1.post(path, payload)
                     return True
                 except TransportError as exc:
                     if exc.status_code == 409:
@@ -57,7 +57,7 @@ class Documents(IndexAdmin):
 
     async def get_documents(self, index: str, ids: list[str], budget: Budget | None = None) -> list[dict[str, Any]]:
         """The documents under `ids` that exist, each with `_id`, `_source`, `_seq_no` and `_primary_term`, read
-        in real time (an `_mget`, no refresh needed). A missing index holds none. On the search door: a POST."""
+        in real time (an `_mget`, no refresh needed). A missing index holds none. On the HTTP/1.1 client: a POST."""
         payload = orjson.dumps({"ids": ids})
 
         async def run(_: float) -> list[dict[str, Any]]:
@@ -75,9 +75,9 @@ class Documents(IndexAdmin):
         return await self._call(budget, run)
 
     async def _post_unless_missing(self, path: str, payload: bytes) -> dict[str, Any] | None:
-        """The search door's answer, or None when the index does not exist (it holds no documents)."""
+        """The HTTP/1.1 client's answer, or None when the index does not exist (it holds no documents)."""
         try:
-            return await self._door.post(path, payload)
+            return await self._http1.post(path, payload)
         except TransportError as exc:
             if index_missing(exc):
                 return None

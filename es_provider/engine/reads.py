@@ -1,4 +1,4 @@
-"""The reads through the Engine: searches and multi-searches on the search door (timed for the metrics, each
+"""The reads through the Engine: searches and multi-searches on the HTTP/1.1 client (timed for the metrics, each
 answer checked whole), scrolls over an index, counts, and the mapped fields and metadata types behind an alias.
 Separate from the writes; search and msearch are the serving hot path.
 """
@@ -54,7 +54,7 @@ class Reads(EngineBase):
         payload = orjson.dumps(dialect.search_body(body, await self.flavor(budget)))
 
         async def run(_: float) -> dict[str, Any]:
-            return await self._door.post(path, payload)
+            return await self._http1.post(path, payload)
 
         with self._observed("search", index):
             response = await self._call(budget, run)
@@ -62,13 +62,13 @@ class Reads(EngineBase):
         return response
 
     async def searchable(self, alias: str, budget: Budget) -> bool:
-        """Whether the search path can search `alias` (readiness): a size-0 search through the same door, so a
+        """Whether the search path can search `alias` (readiness): a size-0 search through the same client, so a
         dropped path prefix, a refused credential or privilege raises as a search would; an index that is not
         there is False."""
         body = orjson.dumps({"size": 0, "track_total_hits": False, "query": {"match_none": {}}})
 
         async def run(_: float) -> dict[str, Any]:
-            return await self._door.post(f"/{alias}/_search", body)
+            return await self._http1.post(f"/{alias}/_search", body)
 
         try:
             check_search(await self._call(budget, run))
@@ -85,7 +85,7 @@ class Reads(EngineBase):
         payload = b"".join(b"{}\n" + orjson.dumps(dialect.search_body(body, flavor)) + b"\n" for body in bodies)
 
         async def run(_: float) -> dict[str, Any]:
-            return await self._door.post(path, payload, "application/x-ndjson")
+            return await self._http1.post(path, payload, "application/x-ndjson")
 
         with self._observed("msearch", index):
             responses = (await self._call(budget, run)).get("responses")

@@ -1,5 +1,5 @@
 """How the engine's requests travel: opensearch-py's serializer with orjson (OrjsonSerializer) and the search hot
-path's own door (SearchDoor) over http1.py's kept-alive connections. Separate from the Engine's operations: these
+path's own client (Http1Client) over http1.py's kept-alive connections. Separate from the Engine's operations: these
 move bytes and raise opensearch-py's exception types; what a failure means is decided in errors.py.
 """
 
@@ -82,11 +82,11 @@ class ClientConnection(AsyncHttpConnection):
         super()._raise_error(status_code, raw_data, content_type or "application/json")
 
 
-class SearchDoor:
+class Http1Client:
     """The search hot path: an orjson body POSTed to the nodes in turn over kept-alive connections (http1.py),
     answered as orjson. opensearch-py's transport and aiohttp's client cost about a third of the service's CPU per
     request (docs/benchmarks.md "hot path"). Failures are raised as opensearch-py's own exception types, so the one
-    error boundary (`map_error`) and the retry rule (transient.py) treat both doors alike."""
+    error boundary (`map_error`) and the retry rule (transient.py) treat both clients alike."""
 
     def __init__(self, connection: Connection) -> None:
         self._nodes = connection.nodes

@@ -32,7 +32,7 @@ from es_provider.engine.client import Engine
 from es_provider.search.domain import SearchRequest
 from es_provider.search.embedders import Embedder
 from es_provider.search.query import build_hybrid, build_search, query_terms
-from es_provider.search.rerank import Reranker, passage
+from es_provider.search.rerank import Reranker, rerank_text
 
 TOP = 10
 WEIGHTS = tuple(i / 10 for i in range(11))
@@ -107,7 +107,7 @@ async def _reranked(reranker: Reranker, query: str, hits: list[Hit], schema: Sch
         content = next((str(t) for f in schema.text if (t := value_at(source, f)) is not None), "")
         return (value_at(source, schema.title) if schema.title is not None else None), content
 
-    texts = [passage(title if isinstance(title, str) else None, content, limit)
+    texts = [rerank_text(title if isinstance(title, str) else None, content, limit)
              for title, content in map(text_of, hits)]
     ranked = await reranker.rank(query, texts, reranker.settings.timeout_ms / 1000) if texts else []
     return [(hits[index], score) for index, score in ranked]

@@ -25,9 +25,9 @@ class SearchRequest:
     candidates: int = 0  # at least this many hits from the engine (a rerank stage's depth), else topK's share
 
     @property
-    def layout(self) -> Schema:
+    def index_schema(self) -> Schema:
         """The fields its knowledge bases' indices are read by (one schema: retrieval.py refuses a mix)."""
-        return self.knowledge[0].layout
+        return self.knowledge[0].index_schema
 
 
 @dataclass(frozen=True, slots=True)

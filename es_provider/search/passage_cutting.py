@@ -14,7 +14,7 @@ from es_provider.core.deadline import Budget
 from es_provider.core.errors import ErrorCode, KnowledgeError
 from es_provider.core.markup import has_markup, strip_markup
 from es_provider.search.domain import Chunk
-from es_provider.search.passage import passage
+from es_provider.search.passage import best_passage
 
 log = logging.getLogger("es_provider.retrieval")  # the logger its skipped chunks were always logged under
 
@@ -33,7 +33,7 @@ def cut_passages(texts: Sequence[tuple[str, int]], query: str, expires_at: float
     for text, size in texts:
         if clock() >= expires_at:
             return None
-        part = passage(text, query, size)
+        part = best_passage(text, query, size)
         repaired = has_markup(part)
         cut.append((strip_markup(part) if repaired else part, repaired))
     return cut

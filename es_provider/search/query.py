@@ -121,7 +121,7 @@ def collapsed(body: dict[str, Any], retrieval: SearchRequest) -> dict[str, Any]:
     """One chunk per document (its best), when the request searches one knowledge base that asks for it: ten
     chunks of one article would otherwise fill a top 10 (docs/benchmarks.md "relevance"). Across several bases
     the engine would merge equal document ids of different bases, so the service dedupes those (retrieval.py)."""
-    document = retrieval.layout.document_id
+    document = retrieval.index_schema.document_id
     if len(retrieval.knowledge) == 1 and retrieval.knowledge[0].one_chunk_per_document and document != ID:
         body["collapse"] = {"field": document}  # keyword: checked against the mapping (search/layout.py)
     return body
@@ -138,7 +138,7 @@ def _size(retrieval: SearchRequest) -> int:
 def _filters(
     retrieval: SearchRequest, metadata_types: Mapping[str, str] | None
 ) -> tuple[list[dict[str, Any]], Filters]:
-    tagged = acl.permission_clauses(retrieval.identity, retrieval.filters, retrieval.layout)
+    tagged = acl.permission_clauses(retrieval.identity, retrieval.filters, retrieval.index_schema)
     filters: list[dict[str, Any]] = [clause for _, clause in tagged]
     if retrieval.metadata is not None:
         filters.append(metadata.translate(retrieval.metadata, metadata_types or {}))
@@ -165,7 +165,7 @@ def text_clause(retrieval: SearchRequest) -> dict[str, Any]:
     """The scored part of the BM25 query (what `must` holds): the text, with the context beside it; on an existing
     index, its schema's text fields and title, as they are analysed there."""
     query_text = bounded_text(retrieval.query)
-    schema = retrieval.layout
+    schema = retrieval.index_schema
     if not schema.own:
         fields = [*schema.text, *((schema.title,) if schema.title and schema.title not in schema.text else ())]
         return {"multi_match": {"query": query_text, "fields": fields, "type": "best_fields", "tie_breaker": 0.5}}
@@ -212,7 +212,7 @@ def build_search(
 ) -> SearchPlan:
     """BM25: one bool query, the text in `must`, every permission and metadata clause in `filter`."""
     filters, applied = _filters(retrieval, metadata_types)
-    body = _envelope(_size(retrieval), timeout_ms, _bm25_query(retrieval, filters), retrieval.layout)
+    body = _envelope(_size(retrieval), timeout_ms, _bm25_query(retrieval, filters), retrieval.index_schema)
     return SearchPlan(bodies=(collapsed(body, retrieval),), applied_filters=applied)
 
 
@@ -227,7 +227,7 @@ def build_knn(
     filters, applied = _filters(retrieval, metadata_types)
     size = _size(retrieval)
     body = collapsed(_envelope(size, timeout_ms, _knn_query(vector, _neighbours(size), filters, _vector(retrieval)),
-                               retrieval.layout), retrieval)
+                               retrieval.index_schema), retrieval)
     return SearchPlan(bodies=(body,), applied_filters=applied)
 
 
@@ -242,14 +242,14 @@ def build_hybrid(
     """Hybrid: the BM25 and the kNN search, each with the same filters, run together in one _msearch."""
     filters, applied = _filters(retrieval, metadata_types)
     size = min(MAX_CANDIDATES, max(depth, _size(retrieval)))
-    bm25 = collapsed(_envelope(size, timeout_ms, _bm25_query(retrieval, filters), retrieval.layout), retrieval)
+    bm25 = collapsed(_envelope(size, timeout_ms, _bm25_query(retrieval, filters), retrieval.index_schema), retrieval)
     knn = collapsed(_envelope(size, timeout_ms, _knn_query(vector, _neighbours(size), filters, _vector(retrieval)),
-                              retrieval.layout), retrieval)
+                              retrieval.index_schema), retrieval)
     return SearchPlan(bodies=(bm25, knn), applied_filters=applied)
 
 
 def _vector(retrieval: SearchRequest) -> str:
-    field = retrieval.layout.vector
+    field = retrieval.index_schema.vector
     if field is None:  # the configuration refuses vector retrieval without a vector field
         raise ValueError("the knowledge base's schema has no vector field")
     return field

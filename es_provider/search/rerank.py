@@ -97,7 +97,7 @@ def reordered(chunks: Sequence[Chunk], ranked: Sequence[tuple[int, float]], mapp
     return out
 
 
-def passage(title: str | None, content: str, limit: int) -> str:
+def rerank_text(title: str | None, content: str, limit: int) -> str:
     """What the reranker reads of a chunk: the text an embedder reads (its title gives a short chunk context)."""
     return passage_text(title, content)[:limit]
 
@@ -180,7 +180,7 @@ class Reranker:
 
 
 @dataclass(frozen=True, slots=True)
-class Stage:
+class Reranking:
     """The rerank stage as one search uses it."""
 
     reranker: Reranker
@@ -195,7 +195,7 @@ class Stage:
         if wait <= 0:
             return list(chunks), self.reranker.fell_back("no_time", "the deadline leaves no time to rerank")
         try:
-            texts = [passage(c.title, c.content, s.max_characters) for c in chunks]
+            texts = [rerank_text(c.title, c.content, s.max_characters) for c in chunks]
             ranked = await self.reranker.rank(query, texts, wait)
             return reordered(chunks, ranked, self.mapping), "applied"
         except RerankFault as fault:

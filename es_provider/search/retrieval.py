@@ -31,7 +31,7 @@ from es_provider.search.query import (
     build_search,
     query_terms,
 )
-from es_provider.search.rerank import Reranker, Stage
+from es_provider.search.rerank import Reranker, Reranking
 from es_provider.search.ttl_cache import TtlCache
 
 log = logging.getLogger("es_provider.retrieval")
@@ -105,13 +105,13 @@ async def run_search(
     vector: Sequence[float] | None = None,
     mapped: set[str] | None = None,
     metadata_types: Mapping[str, str] | None = None,
-    rerank: Stage | None = None,
+    rerank: Reranking | None = None,
     checked: Callable[[set[str]], Awaitable[frozenset[str]]] | None = None,
 ) -> SearchResult:
     """With `rerank`, every chunk that passed the re-check goes to the rerank stage, and the score threshold and the
     cut to topK apply to its order and scores (or to the first-stage ones it fell back to). `checked`: given the
     indices the hits came from, the ones whose mapping was checked (Retriever); a hit of any other is withheld."""
-    schema = retrieval.layout
+    schema = retrieval.index_schema
     if mapped is not None and (cannot := acl.unenforceable(retrieval.filters, mapped, schema)):
         # E.g. an index without ACL fields: refuse rather than answer unfiltered content.
         raise forbidden(detail=f"index cannot enforce {[f.value for f in cannot]}")
@@ -230,7 +230,7 @@ class Retriever:
         reranks: Callable[[set[str], RetrievalMode], bool] = lambda _kbs, _mode: False,
     ) -> None:
         self._engine = engine
-        self._rerank = Stage(reranker, scoring.rerank.logistic()) if reranker is not None else None
+        self._rerank = Reranking(reranker, scoring.rerank.logistic()) if reranker is not None else None
         self._reranks = reranks
         self._on_dropped = on_dropped
         self._on_embedded = on_embedded
@@ -272,8 +272,8 @@ class Retriever:
         while an existing index has a problem) and the problems (layout.py; none for the service's own indices,
         whose every index `kb create`/`reindex` made)."""
         embedder = self._embedders.get(kb.embedder) if kb.embedder else None
-        specs = await self._engine.field_specs(kb.alias, layout.checked_fields(kb.layout), budget)
-        found = layout.problems(kb.layout, specs, embedder.dimensions if embedder is not None else None) \
+        specs = await self._engine.field_specs(kb.alias, layout.checked_fields(kb.index_schema), budget)
+        found = layout.problems(kb.index_schema, specs, embedder.dimensions if embedder is not None else None) \
             if kb.existing else []
         if found:
             log.error("knowledge base %s cannot be served: %s", kb.id, "; ".join(found))
@@ -359,7 +359,7 @@ class Retriever:
 
     async def search(self, retrieval: SearchRequest, budget: Budget) -> SearchResult:
         mode, embedder_name = resolve_mode(retrieval)
-        if retrieval.metadata is not None and not retrieval.layout.own:
+        if retrieval.metadata is not None and not retrieval.index_schema.own:
             # Their names map to an existing index's own fields in a later part of issue 40; until then a
             # condition is refused, never answered with what it would match nothing of (metadata.py's fields).
             raise protocol_error("metadata conditions are not supported on an existing index's knowledge base yet")
@@ -368,7 +368,7 @@ class Retriever:
                 raise KnowledgeError(ErrorCode.UNAVAILABLE,
                                      detail=f"knowledge base {kb.id} cannot be served: {found[0]}")
         index = ",".join(kb.alias for kb in retrieval.knowledge)
-        schema = retrieval.layout
+        schema = retrieval.index_schema
         mapped = await self._mapped_fields(index, schema, budget) if retrieval.filters or embedder_name else None
         if embedder_name is not None and mapped is not None and schema.vector not in mapped:
             # Configured for vectors but indexed without them: refuse rather than quietly answer with BM25.

@@ -62,7 +62,7 @@ async def served(request: web.Request) -> web.Response:
                                                                "remote": address.client_address(request)})
     async with services.admission.slot("access-view"):
         found = await request.app[recorder.RECORDER].find(wanted)
-    return login.json_answer({"records": found})
+    return login.uncached_json({"records": found})
 
 
 # Added by create_app only with the access record on and `[access_log] view_key_ref` (app[VIEW_KEY] set).

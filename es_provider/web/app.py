@@ -27,7 +27,7 @@ from es_provider.edge.grants import Grants
 from es_provider.edge.guard import Guard
 from es_provider.edge.handlers import Protocol
 from es_provider.edge.idempotency import IdempotencyCache
-from es_provider.edge.own_indices import Keeper
+from es_provider.edge.own_indices import IndexMaker
 from es_provider.edge.replays import SharedReplays
 from es_provider.edge.service import SERVICES, Services
 from es_provider.engine.client import Engine, connect
@@ -40,14 +40,14 @@ from es_provider.web import access_view, login, openapi, workbench
 from es_provider.web.health import healthz, metrics_endpoint, openapi_endpoint, readyz
 from es_provider.web.middleware import error_middleware, trace_middleware
 from es_provider.web.startup import START_PROBE_MS, log_exposure, meet_engine, own_secret, page_key
-from es_provider.web.state import ENGINE, KEEPERS, METRICS, METRICS_TOKEN, OPENAPI
+from es_provider.web.state import ENGINE, INDEX_MAKERS, METRICS, METRICS_TOKEN, OPENAPI
 
 log = logging.getLogger("es_provider.app")  # the name operators' log filters and the tests know
 
 PROTOCOLS: tuple[Protocol, ...] = (sparktide.PROTOCOL, agentarts.PROTOCOL, dify.PROTOCOL)
 
 
-async def _close_all(models: Mapping[str, embedders.Cached], reranker: Reranker | None) -> None:
+async def _close_all(models: Mapping[str, embedders.CachedEmbedder], reranker: Reranker | None) -> None:
     for model in models.values():
         await model.close()
     if reranker is not None:
@@ -114,9 +114,9 @@ def access_context(settings: Settings, metrics: Metrics, environ: Mapping[str, s
         app[RECORDER] = recorder
         keeping = None
         if own is not None:
-            keeper = keeper_of(settings, own, access=True, main=False)
-            app[KEEPERS] = [*app.get(KEEPERS, ()), keeper]
-            keeping = await keeper.start(START_PROBE_MS / 1000)
+            maker = index_maker_of(settings, own, access=True, main=False)
+            app[INDEX_MAKERS] = [*app.get(INDEX_MAKERS, ()), maker]
+            keeping = await maker.start(START_PROBE_MS / 1000)
         try:
             yield
         finally:
@@ -131,7 +131,7 @@ def access_context(settings: Settings, metrics: Metrics, environ: Mapping[str, s
 
 def _background(settings: Settings, shared_replays: SharedReplays | None, store: PrincipalStore | None
                 ) -> list[asyncio.Task[None]]:
-    """The engine's tasks for the life of the app besides the own indices' keeper: forgetting expired signatures,
+    """The engine's tasks for the life of the app besides the own indices' maker: forgetting expired signatures,
     polling the principal store."""
     background: list[asyncio.Task[None]] = []
     if shared_replays is not None:
@@ -141,10 +141,11 @@ def _background(settings: Settings, shared_replays: SharedReplays | None, store:
     return background
 
 
-def keeper_of(settings: Settings, engine: Engine, *, access: bool, main: bool = True) -> Keeper:
-    """The keeper of the own indices on `engine`: the main cluster's (`main`) and/or the access record's days."""
-    return Keeper(engine, lambda: [index for index in own_indices.wanted(settings, own_indices.today(), serving=True)
-                                   if (access if index.access else main)])
+def index_maker_of(settings: Settings, engine: Engine, *, access: bool, main: bool = True) -> IndexMaker:
+    """The maker of the own indices on `engine`: the main cluster's (`main`) and/or the access record's days."""
+    return IndexMaker(engine, lambda: [index for index in own_indices.wanted(settings, own_indices.today(),
+                                                                             serving=True)
+                                       if (access if index.access else main)])
 
 
 def access_recorder(settings: Settings, engine: Engine, metrics: Metrics, environ: Mapping[str, str] | None = None
@@ -209,8 +210,8 @@ def create_app(
             raise
         shared_replays = SharedReplays(engine, settings.server.replay_index) if settings.shares_replays() else None
         store = PrincipalStore(engine, settings) if settings.uses_directory() else None
-        app[KEEPERS] = [keeper_of(settings, engine, access=settings.access_log.own_engine() is None)]
-        background = [await app[KEEPERS][0].start(START_PROBE_MS / 1000), *_background(settings, shared_replays,
+        app[INDEX_MAKERS] = [index_maker_of(settings, engine, access=settings.access_log.own_engine() is None)]
+        background = [await app[INDEX_MAKERS][0].start(START_PROBE_MS / 1000), *_background(settings, shared_replays,
                                                                                         store)]
         log.info("subjects' groups come from %s", f"the principal store ({settings.directory.index}), then "
                  "[principals] for subjects it does not know" if store is not None else "[principals] only")

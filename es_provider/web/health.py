@@ -19,7 +19,7 @@ from es_provider.edge import auth
 from es_provider.edge.address import client_address
 from es_provider.edge.grants import named
 from es_provider.edge.service import SERVICES, Services
-from es_provider.web.state import ENGINE, KEEPERS, METRICS, METRICS_TOKEN, OPENAPI
+from es_provider.web.state import ENGINE, INDEX_MAKERS, METRICS, METRICS_TOKEN, OPENAPI
 
 log = logging.getLogger("es_provider.app")  # the name operators' log filters and the tests know
 
@@ -62,13 +62,13 @@ async def readyz(request: web.Request) -> web.Response:
     engine_reason = reasons.get("engine")
     if engine_reason is None or engine_reason.startswith("engine refused a privilege"):  # else: no use asking
         await _check_grants(services, budget, reasons)
-    for keeper in request.app.get(KEEPERS, ()) if "engine" not in reasons else ():  # not twice for one outage
-        if problems := await keeper.ready():
+    for maker in request.app.get(INDEX_MAKERS, ()) if "engine" not in reasons else ():  # not twice for one outage
+        if problems := await maker.ready():
             def why(names: list[str]) -> str:
                 return "; ".join(f"{index} ({_first_clause(problems[index])})" for index in names)
 
-            missing_now = [index for index in problems if index not in keeper.forbidden]
-            refused = [index for index in problems if index in keeper.forbidden]
+            missing_now = [index for index in problems if index not in maker.forbidden]
+            refused = [index for index in problems if index in maker.forbidden]
             told = [f"missing and not made: {why(missing_now)}; run `es-provider prepare`"] if missing_now else []
             told += [f"not to be looked at by the engine user (403, it may exist): {why(refused)}; grant the serve "
                      "duty's role (`es-provider check --duty serve`)"] if refused else []

@@ -199,7 +199,7 @@ def _asset(name: str) -> bytes:
     return (STATIC / name).read_bytes()  # read once per process: the files ship with the package
 
 
-def json_answer(value: Any) -> web.Response:
+def uncached_json(value: Any) -> web.Response:
     """A gated page's JSON answer, never cached; by orjson, so a platform's own bytes embed as they are
     (orjson.Fragment)."""
     return web.Response(body=orjson.dumps(value), content_type="application/json", charset="utf-8",

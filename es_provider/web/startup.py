@@ -41,7 +41,7 @@ def log_exposure(settings: Settings) -> None:
         if kb.existing:
             log.info("knowledge base %s serves the existing index %s read-only (schema %s)", kb.id, kb.alias,
                      kb.schema_name)
-            if (note := uri_note(kb.layout)) is not None:  # once here, not once per item answered
+            if (note := uri_note(kb.index_schema)) is not None:  # once here, not once per item answered
                 log.info("knowledge base %s: %s", kb.id, note)
         if not kb.mandatory_filters:
             log.warning("knowledge base %s has no mandatory_filters: SparkTide callbacks are filtered only by the "

@@ -6,11 +6,12 @@ from __future__ import annotations
 from aiohttp import web
 
 from es_provider.core.metrics import Metrics
-from es_provider.edge.own_indices import Keeper
+from es_provider.edge.own_indices import IndexMaker
 from es_provider.engine.client import Engine
 
 ENGINE = web.AppKey("engine", Engine)
 METRICS = web.AppKey("metrics", Metrics)
 OPENAPI = web.AppKey("openapi", bytes)
 METRICS_TOKEN = web.AppKey("metrics_token", bytes)
-KEEPERS = web.AppKey("keepers", list[Keeper])  # the own indices' keepers: the engine's, and the access cluster's
+# The own indices' makers: the engine's, and the access cluster's.
+INDEX_MAKERS = web.AppKey("index_makers", list[IndexMaker])

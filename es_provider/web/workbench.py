@@ -128,7 +128,7 @@ def _kb(services: Services, kb_id: str) -> KnowledgeBase:
 
 async def setup(request: web.Request) -> web.Response:
     settings = request.app[SERVICES].settings
-    return login.json_answer({
+    return login.uncached_json({
         "knowledge": [{"id": kb.id, "name": kb.name, "retrieval": kb.retrieval, "top_k": kb.top_k,
                        "mandatory_filters": [f.value for f in kb.mandatory_filters],
                        "modes": ["bm25"] if kb.embedder is None else ["bm25", "vector", "hybrid"]}
@@ -171,7 +171,7 @@ async def search(request: web.Request) -> web.Response:
                 "took_ms": round((time.monotonic() - started) * 1000, 1),
             }
     exchange.answer = Answer(b"", tuple(shown.values()))  # what the access record holds; the page is below
-    return login.json_answer({"identity": _identity_json(identity), "answers": answers})
+    return login.uncached_json({"identity": _identity_json(identity), "answers": answers})
 
 
 def _identity_json(identity: Identity) -> dict[str, Any]:
@@ -197,7 +197,7 @@ async def why(request: web.Request) -> web.Response:
     budget = handlers.default_budget(services)
     async with services.admission.slot("workbench"), services.admission.costly(metadata.costly(wanted.metadata),
                                                                                   budget):
-        schema = kb.layout
+        schema = kb.index_schema
         which = document_clause(schema, ask.document_id) if ask.document_id else {"ids": {"values": [ask.chunk_id]}}
         chunks = await explain_queries.stored_chunks(engine, kb.alias, which, MAX_DOCUMENT_CHUNKS, budget,
                                                      schema=schema)
@@ -215,15 +215,15 @@ async def why(request: web.Request) -> web.Response:
             # BM25: a kNN leg finds chunks whose text matches nothing.)
             query_matched = await explain_queries.matching(engine, kb.alias, ids, text_clause(wanted), budget)
     if result is None:
-        return login.json_answer({"identity": _identity_json(identity), "found": 0, "reasons": [],
+        return login.uncached_json({"identity": _identity_json(identity), "found": 0, "reasons": [],
                       "message": "no chunk with this id in the knowledge base"})
     ranked = [(c.chunk_id, c.document_id, c.score) for c in result.ranked]
     reasons = explain.explain(
         chunks, identity, result.applied_filters,
         explain.Ranking(ranked, top_k=wanted.top_k, threshold=wanted.score_threshold),
         metadata_matched=metadata_matched, query_matched=query_matched,
-        one_per_document=kb.one_chunk_per_document, schema=kb.layout)
-    return login.json_answer({
+        one_per_document=kb.one_chunk_per_document, schema=kb.index_schema)
+    return login.uncached_json({
         "identity": _identity_json(identity), "protocol": ask.protocol, "found": len(chunks),
         "truncated": len(chunks) >= MAX_DOCUMENT_CHUNKS,
         "appliedFilters": [f.value for f in result.applied_filters],

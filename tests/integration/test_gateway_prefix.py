@@ -1,5 +1,5 @@
 """An engine behind a gateway that serves it under a path (`https://gw/search-engine`): every client keeps the
-prefix — the search door, opensearch-py (kb create, ingest, the access record, the replay store) — and a service
+prefix — the HTTP/1.1 client, opensearch-py (kb create, ingest, the access record, the replay store) — and a service
 whose URL lacks the prefix is not ready (its searches would 404) instead of saying ready and answering 503."""
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def aws_static(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 async def test_no_engine_client_follows_a_redirect(opensearch, aws_static, tmp_path, caplog) -> None:
     """An https front that answers every request with a 307 to a plain-http origin that would say yes to anything:
-    neither client (opensearch-py's for admin, ingest, the CLI and calibrate; the search door) goes there, the
+    neither client (opensearch-py's for admin, ingest, the CLI and calibrate; the HTTP/1.1 client) goes there, the
     answer is an engine error naming the status and both origins, never a credential."""
     seen: list[dict[str, str]] = []
 
@@ -71,7 +71,7 @@ async def test_no_engine_client_follows_a_redirect(opensearch, aws_static, tmp_p
         calls: dict[str, Any] = {
             "index_exists": lambda: engine.index_exists("kb-anything"),
             "create_index": lambda: engine.create_index("kb-anything", {}),
-            "search door": lambda: engine.search("kb-anything", {"query": {"match_all": {}}},
+            "HTTP/1.1 client": lambda: engine.search("kb-anything", {"query": {"match_all": {}}},
                                                  fixed_budget(5000, now_monotonic=time.monotonic())),
         }
         for name, call in calls.items():

@@ -111,7 +111,7 @@ async def test_a_domain_serves_ingests_scrolls_reindexes_and_records(opensearch,
             assert status == 200 and {item["documentId"] for item in answer["items"]} == {"aws-1", "aws-2"}
             assert await access_records(opensearch.url, prefix) >= 1  # the access record, signed too
             assert front.refused == 0 and front.accepted > 0
-            # Both clients' requests verified: the search door's searches and opensearch-py's bulk, scroll, reindex.
+            # Both clients' requests verified: the HTTP/1.1 client's searches and opensearch-py's bulk, scroll, reindex.
             for kind in ("/_bulk", "/_search", "/_search/scroll", "/_reindex"):
                 assert any(line.endswith(kind) for line in front.hashed), (kind, front.hashed)
         finally:

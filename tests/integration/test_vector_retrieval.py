@@ -10,7 +10,7 @@ from helpers import calls
 from helpers.setup import api_key, bearer, load_records, new_kb, vector_kb
 
 from es_provider.ingest import admin
-from es_provider.search.embedders import Cached
+from es_provider.search.embedders import CachedEmbedder
 
 # What differs by engine, the dialect (kNN in vector and hybrid): run on Elasticsearch 8 and 9 too.
 pytestmark = [pytest.mark.engines, pytest.mark.es8]
@@ -40,7 +40,7 @@ async def ask(client, kb_id: str, query: str, mode: str | None = None, top_k: in
     return (await response.json())["search_result_list"]
 
 
-async def test_each_mode_finds_what_it_should_with_scores_in_range(engine, vkb, e5: Cached, client_for) -> None:
+async def test_each_mode_finds_what_it_should_with_scores_in_range(engine, vkb, e5: CachedEmbedder, client_for) -> None:
     await load_records(engine, vkb, DOCS, embedder=e5)
     client = await client_for(vkb, api_keys=[api_key([vkb.id])])
 

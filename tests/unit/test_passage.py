@@ -19,7 +19,7 @@ from es_provider.core.errors import ErrorCode, KnowledgeError
 from es_provider.core.markup import strip_markup
 from es_provider.search.domain import Chunk, SearchRequest
 from es_provider.search.hits import to_chunk
-from es_provider.search.passage import FOLD_PASSES, MAX_HITS, SCAN_PASSES, _densest, _hits, passage, scan_chars
+from es_provider.search.passage import FOLD_PASSES, MAX_HITS, SCAN_PASSES, _densest, _hits, best_passage, scan_chars
 from es_provider.search.passage_cutting import cut_passages, with_passages
 from es_provider.search.query import query_units
 from es_provider.search.retrieval import run_search
@@ -39,7 +39,7 @@ CJK = "天氣晴朗，無事發生。" * 300 + "颱風警報發布，颱風將�
     ("case does not matter", BOOK, "SPARK PLUGS", 400, "spark plugs", "The spark plugs"),
 ])
 def test_passage(name: str, text: str, query: str, size: int, must_hold: str, starts: str | None) -> None:
-    got = passage(text, query, size)
+    got = best_passage(text, query, size)
     assert len(got) <= size, name
     assert must_hold in got, name
     if starts is not None:
@@ -47,7 +47,7 @@ def test_passage(name: str, text: str, query: str, size: int, must_hold: str, st
 
 
 def test_a_window_ends_at_a_sentence_when_one_is_near() -> None:
-    got = passage(BOOK, "spark plugs engine", 400)
+    got = best_passage(BOOK, "spark plugs engine", 400)
     assert got.endswith("."), got[-40:]
 
 
@@ -80,7 +80,7 @@ def test_the_characters_read_shrink_with_the_units(size: int, units: int, fold: 
     ("past the prefix read: not sought, the start is answered", scan_chars(16384, 2, 1) + 10, False),
 ])
 def test_a_passage_is_sought_in_the_prefix_read(name: str, at: int, found: bool) -> None:
-    got = passage(_with(LONG, at, RARE), "turbine spring", 16384)
+    got = best_passage(_with(LONG, at, RARE), "turbine spring", 16384)
     assert len(got) <= 16384, name
     assert ("turbine maintenance" in got) == found, name
     if not found:
@@ -91,14 +91,14 @@ def test_what_lies_past_the_prefix_read_changes_nothing() -> None:
     end = scan_chars(16384, 2, 1) + 16384  # the prefix, and the window's end that may reach past it
     planted = _with(LONG, 400_000, RARE)
     for tail in ("turbine " * 1000, RARE * 500, "İ" * 1000):  # matches, and a character whose lowercase is longer
-        assert passage(planted[:end] + tail + planted[end:], "turbine spring", 16384) == passage(
+        assert best_passage(planted[:end] + tail + planted[end:], "turbine spring", 16384) == best_passage(
             planted, "turbine spring", 16384)
 
 
 def test_the_rarest_units_choose_the_window() -> None:
     # "the" is everywhere (4,000+ times: more than MAX_HITS); the one "turbine" decides.
     text = _with(LONG, 300_000, RARE)
-    got = passage(text, "the turbine", 16384)
+    got = best_passage(text, "the turbine", 16384)
     assert "turbine maintenance" in got
 
 
@@ -142,7 +142,7 @@ def _chunk(content: str, kb: str = "kb") -> Chunk:
 
 def test_passages_stop_when_the_deadline_passes() -> None:
     ticks = iter([0.0, 1.0, 2.0])
-    assert cut_passages([(BOOK, 400)] * 3, "spark", 5.0, clock=lambda: 0.0) == [(passage(BOOK, "spark", 400),
+    assert cut_passages([(BOOK, 400)] * 3, "spark", 5.0, clock=lambda: 0.0) == [(best_passage(BOOK, "spark", 400),
                                                                                  False)] * 3
     assert cut_passages([(BOOK, 400)] * 3, "spark", 1.5, clock=lambda: next(ticks)) is None  # after the second
     assert cut_passages([], "spark", 0.0) == []
@@ -157,7 +157,7 @@ async def test_passages_are_cut_off_the_event_loop() -> None:
 
     chunks = [_chunk(BOOK), _chunk("short"), _chunk(BOOK, kb="wide")]
     budget = Budget(expires_at=time.monotonic() + 10)
-    with mock.patch("es_provider.search.passage_cutting.passage", spy):
+    with mock.patch("es_provider.search.passage_cutting.best_passage", spy):
         got = await with_passages(chunks, "spark", {"kb": 400, "wide": 100_000}, budget)
     assert [len(c.content) for c in got] == [400, 5, len(BOOK)]  # only what is longer than its base's passage_chars
     assert len(threads) == 1 and threads[0] != threading.current_thread().name

@@ -14,11 +14,11 @@ from es_provider.search.rerank import (
     RENDER_MARGIN_S,
     Reranker,
     RerankFault,
-    Stage,
+    Reranking,
     parse_answer,
-    passage,
     reordered,
     request_body,
+    rerank_text,
 )
 
 
@@ -102,9 +102,9 @@ def test_scores_the_calibration_cannot_map_are_a_fault(ranked: list[tuple[int, f
 
 
 def test_passage_carries_the_title_and_is_cut() -> None:
-    assert passage(None, "text 1", 100) == "text 1"
-    assert passage("T", "text 1", 100) == "T text 1"
-    assert passage("Title", "text 1", 4) == "Titl"
+    assert rerank_text(None, "text 1", 100) == "text 1"
+    assert rerank_text("T", "text 1", 100) == "T text 1"
+    assert rerank_text("Title", "text 1", 4) == "Titl"
 
 
 def settings(**changes: Any) -> RerankSettings:
@@ -115,7 +115,7 @@ def settings(**changes: Any) -> RerankSettings:
 async def test_no_time_left_means_the_first_stage_without_a_call(caplog: pytest.LogCaptureFixture) -> None:
     fallbacks: list[str] = []
     reranker = Reranker(settings(), {}, on_fallback=fallbacks.append)
-    stage = Stage(reranker, Logistic(0.0, 1.0, 0.0, 0.0))
+    stage = Reranking(reranker, Logistic(0.0, 1.0, 0.0, 0.0))
     chunks = [chunk(0, 0.9), chunk(1, 0.8)]
     for _ in range(3):
         out, outcome = await stage.apply("q", chunks, remaining_s=RENDER_MARGIN_S / 2)

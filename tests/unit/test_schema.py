@@ -66,7 +66,7 @@ def _kb(**fields: Any) -> KnowledgeBase:
 
 def test_the_configured_layout() -> None:
     kb = _kb(mandatory_filters=["TENANT", "SUBJECT"])
-    assert kb.existing and kb.layout == CORP
+    assert kb.existing and kb.index_schema == CORP
 
 
 @pytest.mark.parametrize(("fields", "message"), [

@@ -228,7 +228,7 @@ def test_metadata_name(field: str, name: str) -> None:
     assert metadata_name(field) == name
     kb = new_kb(schema="custom", fields={"text": ["body"], "metadata": [field]}, mandatory_filters=[],
                 open_to_keys=True)
-    assert kb.layout.metadata == ((name, field),)
+    assert kb.index_schema.metadata == ((name, field),)
 
 
 def _kb(**fields: Any) -> KnowledgeBase:
@@ -240,7 +240,7 @@ def test_metadata_named_by_a_keyword_sub_field_answers_under_its_parents_name() 
     kb = _kb(metadata=["metadata.department.keyword", "metadata.team.keyword", "metadata.year"])
     hit = {"_id": "c1", "_source": {"text": "x", "metadata": {"source": "a.md", "department": "eng",
                                                               "team": "infra", "year": 2026}}}
-    chunk = to_chunk(hit, knowledge_id="kb", score=0.5, schema=kb.layout)
+    chunk = to_chunk(hit, knowledge_id="kb", score=0.5, schema=kb.index_schema)
     assert chunk.metadata == {"department": "eng", "team": "infra", "year": 2026}
     assert dify.render_record(chunk)["metadata"]["department"] == "eng"
     item, _ = items.to_item(chunk)
@@ -263,7 +263,7 @@ def test_a_uri_that_is_no_url_is_answered_on_no_protocol_and_logged_per_item_now
                                                                                       uri: str | None) -> None:
     kb = _kb()
     hit = {"_id": "c1", "_source": {"text": "x", "metadata": {"source": stored, "readers": ["u-a"], "page": 2}}}
-    chunk = to_chunk(hit, knowledge_id="kb", score=0.5, schema=kb.layout)
+    chunk = to_chunk(hit, knowledge_id="kb", score=0.5, schema=kb.index_schema)
     assert chunk.source.get("uri") == uri and chunk.source["page"] == 2
     item, fixes = items.to_item(chunk)
     assert item["source"].get("uri") == uri and fixes == []  # nothing to log per item

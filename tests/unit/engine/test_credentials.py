@@ -93,7 +93,7 @@ async def stand() -> AsyncIterator[Stand]:
 
 
 class Calls:
-    """Engine calls from several tasks, both clients in turn (opensearch-py's `GET /`, the search door's POST),
+    """Engine calls from several tasks, both clients in turn (opensearch-py's `GET /`, the HTTP/1.1 client's POST),
     until stopped: each call's outcome kept."""
 
     def __init__(self, engine: EngineBase, tasks: int = 4) -> None:
@@ -103,7 +103,7 @@ class Calls:
         self._tasks = [asyncio.create_task(self._run(i)) for i in range(tasks)]
 
     async def _run(self, turn: int) -> None:
-        door = self.engine._door
+        door = self.engine._http1
         while not self._stop.is_set():
             turn += 1
             try:

@@ -1,4 +1,4 @@
-"""engine/transport.py: opensearch-py's bodies through orjson, and the search door: nodes in turn, its answers and
+"""engine/transport.py: opensearch-py's bodies through orjson, and the HTTP/1.1 client: nodes in turn, its answers and
 failures raised as opensearch-py's own exception types (so map_error and the retry rule treat both clients alike);
 a redirect is never followed. The door's connections themselves: test_http1.py."""
 
@@ -14,7 +14,7 @@ from opensearchpy.exceptions import TransportError
 from es_provider.core.errors import ConnectFailed, Disconnected, Redirected
 from es_provider.engine import transport
 from es_provider.engine.connection import Connection, Node
-from es_provider.engine.transport import OrjsonSerializer, SearchDoor
+from es_provider.engine.transport import Http1Client, OrjsonSerializer
 
 
 @pytest.mark.parametrize(("data", "written"), [
@@ -53,10 +53,10 @@ class Answers:
         pass
 
 
-def door(monkeypatch: pytest.MonkeyPatch, **script: list[tuple[int, bytes] | BaseException]) -> SearchDoor:
+def door(monkeypatch: pytest.MonkeyPatch, **script: list[tuple[int, bytes] | BaseException]) -> Http1Client:
     monkeypatch.setattr(transport, "Pool", Answers)
     Answers.script, Answers.asked = script, []
-    return SearchDoor(Connection.plain(",".join(f"http://{host}:9200" for host in script)))
+    return Http1Client(Connection.plain(",".join(f"http://{host}:9200" for host in script)))
 
 
 def test_the_nodes_are_asked_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:

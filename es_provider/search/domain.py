@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from es_provider.config.knowledge import KnowledgeBase, RetrievalMode
@@ -23,6 +23,10 @@ class SearchRequest:
     metadata: Conditions | None = None  # Dify metadata conditions
     mode: RetrievalMode | None = None  # None: the knowledge bases' configured mode
     candidates: int = 0  # at least this many hits from the engine (a rerank stage's depth), else topK's share
+    index: str = field(init=False)  # the index expression its searches name: its knowledge bases' aliases, in order
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "index", ",".join(kb.alias for kb in self.knowledge))  # made once, read twice
 
     @property
     def index_schema(self) -> Schema:

@@ -123,7 +123,7 @@ async def run_search(
         raise forbidden(detail=f"query builder could not enforce {sorted(missing)}")
 
     by_alias = {kb.alias: kb for kb in retrieval.knowledge}
-    index = ",".join(by_alias)
+    index = retrieval.index
     if len(plan.bodies) == 1:
         responses = [await engine.search(index, plan.body, budget)]
     else:
@@ -367,7 +367,7 @@ class Retriever:
             if found := await self.layout_problems(kb, budget):
                 raise KnowledgeError(ErrorCode.UNAVAILABLE,
                                      detail=f"knowledge base {kb.id} cannot be served: {found[0]}")
-        index = ",".join(kb.alias for kb in retrieval.knowledge)
+        index = retrieval.index
         schema = retrieval.index_schema
         mapped = await self._mapped_fields(index, schema, budget) if retrieval.filters or embedder_name else None
         if embedder_name is not None and mapped is not None and schema.vector not in mapped:

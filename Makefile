@@ -31,9 +31,9 @@ helm:
 	@scripts/helm-local path
 
 # The chart alone (charts/es-provider): helm lint and template of every values set, the manifests against the
-# Kubernetes API schemas, no secret in them (tests/repo/test_chart.py; `make test` runs it too).
+# Kubernetes API schemas, no secret in them (tests/repo/test_chart*.py; `make test` runs them too).
 chart: install helm
-	$(BIN)/pytest tests/repo/test_chart.py
+	$(BIN)/pytest tests/repo/test_chart.py tests/repo/test_chart_secrets.py tests/repo/test_chart_values.py
 
 # pytest-xdist: test modules spread over processes (a module stays in one process: some have module-wide fixtures
 # or bind fixed ports), all against the one node a run starts (tests/conftest.py), each test with its own indices.

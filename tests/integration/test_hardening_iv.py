@@ -1,7 +1,7 @@
 """Regression tests for the fourth adversarial test's findings (issue 52) that live in the engine's door and the
 search path: redirects (1), an alias that gains an unchecked index (2), a search answer without hits (3), secret
 files (6), non-finite scoring (9), `check` against readiness (11). The spool (4, 5), SCIM behind a proxy (8) and
-passages (7) have modules of their own; the chart (10) is in tests/repo/test_chart.py."""
+passages (7) have modules of their own; the chart (10) is in tests/repo/test_chart_values.py."""
 
 from __future__ import annotations
 

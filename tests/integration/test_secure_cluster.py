@@ -10,6 +10,8 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -157,6 +159,32 @@ async def _knowledge(node: Any, tmp_path: Any, monkeypatch: Any, tag: str) -> An
     return kb
 
 
+def _own_indices(tag: str) -> tuple[str, str, str]:
+    """The access days' prefix, the principal store and the replay store of one test."""
+    prefix, store, replays = (f"es-provider-{part}-{tag}" for part in ("access", "principals", "replays"))
+    return prefix, store, replays
+
+
+@asynccontextmanager
+async def _serving(client_for: Any, node: Any, kb: Any, tag: str, directory: dict[str, Any],
+                   **settings: Any) -> AsyncIterator[tuple[Any, Any]]:
+    """The service on the secure node with the test's own indices, ready; and the admin's engine, which drops every
+    index the test made after it."""
+    prefix, store, replays = _own_indices(tag)
+    served = await client_for(kb, directory={**directory, "index": store}, server={"replay_index": replays},
+                              api_keys=[api_key([kb.id], subjects=["*"])],
+                              access_log={"index": prefix, "flush_interval_s": 0.1}, **settings)
+    admin_engine = connect(OpenSearchSettings.model_validate(cluster(node, "admin_user")), passwords(node))
+    try:
+        ready = await until_ready(served)
+        assert ready.status == 200, await ready.text()
+        yield served, admin_engine
+    finally:
+        for name in (f"{prefix}-*", store, replays, f"{kb.alias}-v*"):
+            await admin_engine.delete_index(name)
+        await admin_engine.close()
+
+
 async def _every_protocol(served: Any, kb: Any, subject: str, tag: str, admin_engine: Any, prefix: str) -> None:
     """A signed SparkTide callback whose subject's group comes from the principal store (and its replay refused by
     the replay store), AgentArts and Dify, and each answer's access record."""
@@ -196,7 +224,7 @@ async def test_every_protocol_and_store_through_the_security_plugin(how, secure_
     node = secure_opensearch
     tag = uuid.uuid4().hex[:8]
     kb = await _knowledge(node, tmp_path, monkeypatch, tag)
-    prefix, store, replays = (f"es-provider-{part}-{tag}" for part in ("access", "principals", "replays"))
+    prefix, store, _ = _own_indices(tag)
     subject = f"u-sec-{tag}"
     users = tmp_path / "users.jsonl"
     users.write_text(json.dumps({"subject": subject, "groups": [f"sec-eng-{tag}"]}) + "\n", encoding="utf-8")
@@ -206,18 +234,9 @@ async def test_every_protocol_and_store_through_the_security_plugin(how, secure_
 
     keys = cluster(node, "serve_user") if how == "basic auth" else cluster(
         node, None, client_cert_file=str(node.client_cert), client_key_file=str(node.client_key))
-    served = await client_for(kb, env=passwords(node), opensearch=keys, directory={"enabled": True, "index": store},
-                              server={"replay_index": replays}, api_keys=[api_key([kb.id], subjects=["*"])],
-                              access_log={"index": prefix, "flush_interval_s": 0.1})
-    admin_engine = connect(OpenSearchSettings.model_validate(cluster(node, "admin_user")), passwords(node))
-    try:
-        ready = await until_ready(served)
-        assert ready.status == 200, await ready.text()
+    async with _serving(client_for, node, kb, tag, {"enabled": True}, env=passwords(node),
+                        opensearch=keys) as (served, admin_engine):
         await _every_protocol(served, kb, subject, tag, admin_engine, prefix)
-    finally:
-        for name in (f"{prefix}-*", store, replays, f"{kb.alias}-v*"):
-            await admin_engine.delete_index(name)
-        await admin_engine.close()
 
 
 async def test_scim_in_serve_writes_the_principal_store_through_the_security_plugin(
@@ -232,16 +251,10 @@ async def test_scim_in_serve_writes_the_principal_store_through_the_security_plu
         role = f"tmp_{duty}_{tag}"
         await asyncio.to_thread(put_role, node, role, default_roles()[ROLE_OF[f"{duty}_user"]])
         await asyncio.to_thread(put_role_mapping, node, role, [user])
-    prefix, store, replays = (f"es-provider-{part}-{tag}" for part in ("access", "principals", "replays"))
-    served = await client_for(kb, env={"PW_SCIM": password, "SCIM_TOKEN": scim_calls.TOKEN},
-                              opensearch=cluster(node, None, username=user, password_ref="PW_SCIM"),
-                              scim={"enabled": True, "token_ref": "SCIM_TOKEN"}, directory={"index": store},
-                              server={"replay_index": replays}, api_keys=[api_key([kb.id], subjects=["*"])],
-                              access_log={"index": prefix, "flush_interval_s": 0.1})
-    admin_engine = connect(OpenSearchSettings.model_validate(cluster(node, "admin_user")), passwords(node))
-    try:
-        ready = await until_ready(served)
-        assert ready.status == 200, await ready.text()
+    prefix = _own_indices(tag)[0]
+    async with _serving(client_for, node, kb, tag, {}, env={"PW_SCIM": password, "SCIM_TOKEN": scim_calls.TOKEN},
+                        opensearch=cluster(node, None, username=user, password_ref="PW_SCIM"),
+                        scim={"enabled": True, "token_ref": "SCIM_TOKEN"}) as (served, admin_engine):
         subject = f"u-sec-{tag}"
         created = await served.post("/scim/v2/Users", headers=scim_calls.SCIM, data=json.dumps(
             {"schemas": [scim_calls.USER], "userName": subject}))
@@ -251,7 +264,3 @@ async def test_scim_in_serve_writes_the_principal_store_through_the_security_plu
              "members": [{"value": (await created.json())["id"]}]}))
         assert group.status == 201, await group.text()
         await _every_protocol(served, kb, subject, tag, admin_engine, prefix)
-    finally:
-        for name in (f"{prefix}-*", store, replays, f"{kb.alias}-v*"):
-            await admin_engine.delete_index(name)
-        await admin_engine.close()

@@ -25,7 +25,7 @@ from es_provider.core.deadline import Budget, fixed_budget
 from es_provider.core.errors import KnowledgeError, protocol_error
 from es_provider.core.strictjson import StrictJsonError, loads_object
 from es_provider.edge import auth
-from es_provider.edge.exchange import Answer, exchange_of
+from es_provider.edge.exchange import Answer, Exchange
 from es_provider.edge.service import Services
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
@@ -63,8 +63,8 @@ class Protocol:
 # --- the shared steps ---
 
 
-def api_key(request: web.Request, services: Services, *, missing: Callable[[], KnowledgeError],
-            unknown: Callable[[], KnowledgeError]) -> ApiKey:
+def api_key(request: web.Request, services: Services, exchange: Exchange, *,
+            missing: Callable[[], KnowledgeError], unknown: Callable[[], KnowledgeError]) -> ApiKey:
     """The API key of `Authorization: Bearer <key>`, or the protocol's own refusal for a missing/unknown one."""
     token = auth.bearer_token(request.headers.get("Authorization"))
     if token is None:
@@ -76,7 +76,6 @@ def api_key(request: web.Request, services: Services, *, missing: Callable[[], K
         error = unknown()
         error.detail = "unknown API key"
         raise error
-    exchange = exchange_of(request)
     exchange.credential, exchange.app_id = f"key:{key.key_ref}", key.app
     return key
 
@@ -119,11 +118,11 @@ def default_budget(services: Services) -> Budget:
     return fixed_budget(services.settings.server.default_budget_ms, now_monotonic=time.monotonic())
 
 
-def respond(request: web.Request, answer: Answer) -> web.Response:
+def respond(exchange: Exchange, answer: Answer) -> web.Response:
     """The answer as sent, and kept on the request's exchange for its access record; with a rerank stage, the
     `X-Rerank` header says whether its order is the reranker's ("applied") or the first stage's ("first-stage:
     <reason>")."""
-    exchange_of(request).answer = answer
+    exchange.answer = answer
     response = web.Response(body=answer.body, content_type="application/json")
     if answer.rerank is not None:
         response.headers["X-Rerank"] = answer.rerank

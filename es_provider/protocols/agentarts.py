@@ -23,7 +23,7 @@ from es_provider.core.acl import Filters, Identity
 from es_provider.core.errors import KnowledgeError, forbidden, protocol_error, unauthenticated
 from es_provider.core.strictjson import StrictModel
 from es_provider.edge import auth, handlers
-from es_provider.edge.exchange import Answer, exchange_of
+from es_provider.edge.exchange import Answer, Exchange, exchange_of
 from es_provider.edge.service import SERVICES, Services
 from es_provider.search.domain import Chunk, SearchRequest, SearchResult
 
@@ -61,8 +61,8 @@ def error_response(error: KnowledgeError) -> web.Response:
     )
 
 
-def _key(request: web.Request, services: Services) -> ApiKey:
-    return handlers.api_key(request, services, missing=unauthenticated, unknown=unauthenticated)
+def _key(request: web.Request, services: Services, exchange: Exchange) -> ApiKey:
+    return handlers.api_key(request, services, exchange, missing=unauthenticated, unknown=unauthenticated)
 
 
 def _uint_param(request: web.Request, name: str, default: int, low: int, high: int) -> int:
@@ -134,7 +134,7 @@ def render_chunk(chunk: Chunk) -> dict[str, Any]:
 
 async def list_bases(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
-    key = _key(request, services)
+    key = _key(request, services, exchange_of(request))
     async with services.admission.slot(f"key:{key.key_ref}"):
         names = request.query.getall("name", [])
         if len(names) > 1 or (names and len(names[0]) > 64):
@@ -157,9 +157,9 @@ async def list_bases(request: web.Request) -> web.Response:
 
 async def search(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
-    key = _key(request, services)
-    data = await handlers.read_json(request, services)
     exchange = exchange_of(request)
+    key = _key(request, services, exchange)
+    data = await handlers.read_json(request, services)
     async with services.admission.slot(f"key:{key.key_ref}"):
         req = handlers.validate(RetrieveRequest, data)
         exchange.knowledge = [(kb_id, None) for kb_id in dict.fromkeys(req.knowledge_base_ids)]
@@ -178,7 +178,7 @@ async def search(request: web.Request) -> web.Response:
         result = await services.retriever.search(search_request(
             bases, identity, req.query, top_k=req.top_k, threshold=req.search_threshold,
             mode=next((m for m in MODES if m == mode), None), end_user="subject_id" in narrow), budget)
-        return handlers.respond(request, render(result, req.offset, req.limit))
+        return handlers.respond(exchange, render(result, req.offset, req.limit))
 
 
 def _list_of(required: dict[str, Any], **optional: Any) -> dict[str, Any]:

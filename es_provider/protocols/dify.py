@@ -158,13 +158,13 @@ async def misregistered(request: web.Request) -> web.Response:
 async def search(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     exchange = exchange_of(request)
-    key = handlers.api_key(request, services, missing=malformed_authorization, unknown=authorization_failed)
+    key = handlers.api_key(request, services, exchange, missing=malformed_authorization, unknown=authorization_failed)
     data = await handlers.read_json(request, services)
     async with services.admission.slot(f"key:{key.key_ref}"):
         req = handlers.validate(RetrievalRequest, data)
         exchange.knowledge = [(req.knowledge_id, None)]
         if not req.query:
-            return handlers.respond(request, Answer(b'{"records":[]}'))  # nothing matches an empty query
+            return handlers.respond(exchange, Answer(b'{"records":[]}'))  # nothing matches an empty query
         kb = services.settings.knowledge_base(req.knowledge_id)
         if kb is None or kb.id not in key.knowledge:
             raise unknown_knowledge()
@@ -184,7 +184,7 @@ async def search(request: web.Request) -> web.Response:
             result = await services.retriever.search(
                 search_request(kb, identity, req.query, req.retrieval_setting, conditions, end_user=acting is not None),
                 budget)
-        return handlers.respond(request, render(result))
+        return handlers.respond(exchange, render(result))
 
 _DIFY_RECORDS = {"type": "object", "required": ["records"], "properties": {"records": {"type": "array", "items": {
     "type": "object", "required": ["content", "title", "metadata"], "properties": {

@@ -207,7 +207,7 @@ async def callback(request: web.Request) -> web.Response:
 
         key = (kb.id, version, req.appId, req.executionId)
         answer = await services.idempotency.once(key, fingerprint(data, identity), search, time.monotonic)
-        return handlers.respond(request, answer)
+        return handlers.respond(exchange, answer)
 
 
 def callback_credential(settings: Settings, allowed: Collection[str], kb: KnowledgeBase | None) -> str:

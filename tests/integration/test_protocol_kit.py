@@ -18,7 +18,7 @@ from pydantic import Field
 from es_provider.core.errors import KnowledgeError, unauthenticated
 from es_provider.core.strictjson import StrictModel
 from es_provider.edge import auth, handlers
-from es_provider.edge.exchange import Answer
+from es_provider.edge.exchange import Answer, exchange_of
 from es_provider.edge.service import SERVICES
 from es_provider.search.domain import SearchRequest
 from es_provider.web.app import PROTOCOLS, create_app
@@ -37,7 +37,8 @@ def toy_error(error: KnowledgeError) -> web.Response:
 
 async def toy_search(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
-    key = handlers.api_key(request, services, missing=unauthenticated, unknown=unauthenticated)
+    exchange = exchange_of(request)
+    key = handlers.api_key(request, services, exchange, missing=unauthenticated, unknown=unauthenticated)
     data = await handlers.read_json(request, services)
     async with services.admission.slot(f"key:{key.key_ref}"):
         req = handlers.validate(ToyRequest, data)
@@ -50,7 +51,7 @@ async def toy_search(request: web.Request) -> web.Response:
         result = await services.retriever.search(SearchRequest(
             knowledge=(kb,), query=req.q, identity=identity, filters=kb.key_filters(), top_k=req.k), budget)
         body = orjson.dumps({"hits": [{"doc": c.document_id, "text": c.content} for c in result.chunks]})
-        return handlers.respond(request, Answer.of(body, result.chunks, result))
+        return handlers.respond(exchange, Answer.of(body, result.chunks, result))
 
 
 TOY = handlers.Protocol(

@@ -1,3 +1,3 @@
-"""The three platforms' protocols, each a pure reading of its specification over edge's kit: SparkTide (sparktide,
-sparktide_items), Huawei AgentArts (agentarts) and Dify (dify). Each builds a neutral search request from its body
-and answers a neutral result. Imports edge and below, never the engine directly, never SCIM or the web layer."""
+"""The platforms' protocols, each a pure reading of its specification over edge's handlers: a body becomes a neutral
+search request, a neutral result becomes the platform's answer. Imports only core, config, search, audit and edge of
+es_provider. Its modules, one line each: docs/development.md, "Layout"."""

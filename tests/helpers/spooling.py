@@ -6,12 +6,38 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import Any
 
 import orjson
 from aiohttp import web
 
+from es_provider.audit.sinks import IndexSink
 from es_provider.engine.client import Engine
 from harness.proxy import EngineProxy
+
+
+class KeepingSink(IndexSink):
+    """An index sink (unit tests: no engine) that keeps what it is given by id and expires nothing; subclasses
+    decide when a write fails."""
+
+    def __init__(self, nodes: list[str]) -> None:
+        self.prefix = "rec"
+        self.kept: dict[str, dict[str, Any]] = {}
+        self._nodes = nodes
+
+    async def prepare(self) -> None:
+        pass
+
+    async def write(self, batch: list[dict[str, Any]]) -> list[tuple[int, str]]:
+        self.kept.update((r["id"], r) for r in batch)
+        return []
+
+    async def expire(self, retention_days: int) -> list[str]:
+        return []
+
+    def nodes(self) -> list[str]:
+        return self._nodes
+
 
 FIRST = "spool-00000000000000000001-1-aa"  # sorts before every file the service writes: drained first
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import orjson
 import pytest
+from helpers.spooling import KeepingSink
 
 from es_provider.audit import access
 from es_provider.audit.lines import Refusal, sign
 from es_provider.audit.recorder import Recorder
-from es_provider.audit.sinks import IndexSink
 from es_provider.audit.spool import Spool, SpoolFull, spool_folder
 from es_provider.config.audit import AccessLogSettings
 from es_provider.core.errors import ErrorCode, KnowledgeError
@@ -85,14 +85,13 @@ def folder(config: AccessLogSettings) -> Path:
     return spool_folder(config, NODES)
 
 
-class FlakySink(IndexSink):
+class FlakySink(KeepingSink):
     """Takes nothing while `down` (raises, as an engine outage does); keeps what it took by id."""
 
     def __init__(self) -> None:
-        self.prefix = "rec"
+        super().__init__(NODES)
         self.down = False
         self.hang = False
-        self.kept: dict[str, dict[str, Any]] = {}
 
     async def write(self, batch: list[dict[str, Any]]) -> list[tuple[int, str]]:
         if self.hang:  # until it times out (the engine's timeout_s), which the test brings forward
@@ -101,14 +100,7 @@ class FlakySink(IndexSink):
             raise KnowledgeError(ErrorCode.TIMED_OUT, detail="timed out")
         if self.down:
             raise KnowledgeError(ErrorCode.UNAVAILABLE, detail="3 records refused for now (403 cluster_block_exception)")
-        self.kept.update((r["id"], r) for r in batch)
-        return []
-
-    async def expire(self, retention_days: int) -> list[str]:
-        return []
-
-    def nodes(self) -> list[str]:
-        return NODES
+        return await super().write(batch)
 
 
 def recorder(config: AccessLogSettings, sink: FlakySink, counts: dict[str, int]) -> Recorder:

@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 import pytest
+from helpers.spooling import KeepingSink
 
 from es_provider.audit import access, channel, lines, spool, spool_key
 from es_provider.audit.lines import Refusal
@@ -150,7 +151,6 @@ def test_the_cluster_identity() -> None:
 
 
 def test_the_index_sink_names_its_cluster_as_the_client_normalized_it() -> None:
-    from es_provider.audit.sinks import IndexSink
     from es_provider.engine.connection import Connection
 
     class Named:
@@ -295,29 +295,18 @@ def settings(tmp_path: Path, **changes: Any) -> AccessLogSettings:
                                 "spool_dir": str(tmp_path / "spool"), **changes})
 
 
-class Sink(IndexSink):
+class Sink(KeepingSink):
     """An index sink that keeps what it is given; one record id makes it raise what nobody foresaw."""
 
     poison = ""
 
     def __init__(self) -> None:
-        self.prefix = "rec"
-        self.kept: dict[str, dict[str, Any]] = {}
-
-    async def prepare(self) -> None:
-        pass
+        super().__init__(["http://sink:9200"])
 
     async def write(self, batch: list[dict[str, Any]]) -> list[tuple[int, str]]:
         if any(r["id"] == self.poison for r in batch):
             raise TypeError("'int' object is not subscriptable")
-        self.kept.update((r["id"], r) for r in batch)
-        return []
-
-    async def expire(self, retention_days: int) -> list[str]:
-        return []
-
-    def nodes(self) -> list[str]:
-        return ["http://sink:9200"]
+        return await super().write(batch)
 
 
 def recorder(config: AccessLogSettings, sink: Sink, counts: dict[str, int]) -> Recorder:

@@ -6,12 +6,14 @@ through the same search as every protocol."""
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Annotated, Any
 
 import orjson
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from helpers import acl_corpus
+from helpers.records import record_ids
 from helpers.setup import TEST_ENV, api_key, bearer, load_records, settings_for
 from pydantic import Field
 
@@ -48,6 +50,8 @@ async def toy_search(request: web.Request) -> web.Response:
         budget = handlers.default_budget(services)
         tenants, subject = auth.api_key_scope(key)
         identity = await services.principals.identity(key.app, tenants, subject, budget, key.groups)
+        exchange.knowledge, exchange.query = [(kb.id, None)], req.q
+        exchange.identified(identity)
         result = await services.retriever.search(SearchRequest(
             knowledge=(kb,), query=req.q, identity=identity, filters=kb.key_filters(), top_k=req.k), budget)
         body = orjson.dumps({"hits": [{"doc": c.document_id, "text": c.content} for c in result.chunks]})
@@ -66,8 +70,10 @@ TOY = handlers.Protocol(
 
 async def test_a_fourth_protocol_is_one_module_and_one_row(engine, kb, opensearch) -> None:
     await load_records(engine, kb, acl_corpus.documents())
+    prefix = f"toy-records-{uuid.uuid4().hex[:8]}"
     settings = settings_for(opensearch.url, kb, principals=acl_corpus.GROUPS,
-                            api_keys=[api_key([kb.id], tenants=["team-a"], subject="u-alice")])
+                            api_keys=[api_key([kb.id], tenants=["team-a"], subject="u-alice")],
+                            access_log={"index": prefix, "flush_interval_s": 0.1})
     client: TestClient[Any, Any] = TestClient(TestServer(create_app(settings, environ=TEST_ENV,
                                                                     protocols=(*PROTOCOLS, TOY))))
     await client.start_server()
@@ -77,6 +83,12 @@ async def test_a_fourth_protocol_is_one_module_and_one_row(engine, kb, opensearc
         assert response.status == 200
         hits = {hit["doc"] for hit in (await response.json())["hits"]}
         assert hits == acl_corpus.visible("u-alice", "team-a")  # the same permissions as every protocol
+        # Its access record, written from the exchange its handler filled: who asked and what it was served.
+        record_id = response.headers["X-Access-Record"]
+        assert record_id in await record_ids(engine, prefix, {record_id})
+        [record] = [hit["_source"] async for hit in engine.scan(f"{prefix}-*") if hit["_id"] == record_id]
+        assert (record["protocol"], record["credential"], record["subject"]) == ("toy", "key:TEST_API_KEY", "u-alice")
+        assert set(record["documents"]) == hits and record["knowledge_ids"] == [kb.id]
 
         refusals = [
             (await client.post("/toy/search", data=b"{}", headers={"Content-Type": "application/json"}), 401,

@@ -81,7 +81,7 @@ opensearch-start:
 opensearch-stop:
 	scripts/opensearch-local stop
 
-# The configuration reference is generated from the settings models (tests/unit/test_config_reference.py fails while
+# The configuration reference is generated from the settings models (tests/unit/offline/test_reference.py fails while
 # it is out of date).
 config-reference: install
 	$(BIN)/python -m es_provider.offline.reference > docs/configuration.md

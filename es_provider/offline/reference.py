@@ -5,7 +5,7 @@ across fields (the models' validators' messages). Nothing here is written by han
 
     make config-reference        # or: python -m es_provider.offline.reference > docs/configuration.md
 
-tests/unit/test_config_reference.py fails while docs/configuration.md differs from what this prints.
+tests/unit/offline/test_reference.py fails while docs/configuration.md differs from what this prints.
 """
 
 from __future__ import annotations

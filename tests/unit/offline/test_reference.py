@@ -14,7 +14,7 @@ from es_provider.config.serving import ApiKey, ServerSettings, WorkbenchSettings
 from es_provider.config.settings import Settings
 from es_provider.offline.reference import reference
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
 MODELS = (Settings, OpenSearchSettings, ServerSettings, WorkbenchSettings, DirectorySettings, ScimSettings,
           AccessLogSettings, ScoringSettings, Calibration, EmbedderSettings, KnowledgeBase, ApiKey)
 

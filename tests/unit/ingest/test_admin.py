@@ -1,5 +1,6 @@
 """ingest/admin.py's pure parts: an index body without the analysed fields of languages the knowledge base does
-not have, and the ACL change the core-API path makes in Python (what _ACL_SCRIPT does on the engine)."""
+not have (the mapping a new index gets, with its vector field when it embeds), and the ACL change the core-API
+path makes in Python (what _ACL_SCRIPT does on the engine)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import copy
 from typing import Any
 
 import pytest
+from helpers.setup import new_kb, settings_for
 
-from es_provider.ingest.admin import changed_acl, for_languages
+from es_provider.ingest.admin import changed_acl, for_languages, index_body, load_index_body
+from es_provider.search.query import VECTOR_FIELD
 
 
 def text(*subfields: str) -> dict[str, Any]:
@@ -46,3 +49,32 @@ def test_the_body_keeps_only_its_languages_fields(languages: list[str], properti
 def test_changed_acl_is_the_painless_script_in_python(acl: object, grant: bool, subjects: list[str],
                                                        groups: list[str], public: bool | None, changed: dict[str, Any]) -> None:
     assert changed_acl(acl, grant=grant, subjects=subjects, groups=groups, public=public) == changed
+
+
+@pytest.mark.parametrize(("languages", "indexed"), [
+    (("en", "zh"), {"title.en", "title.cjk", "content.en", "content.cjk", "context", "context.cjk"}),
+    (("en",), {"title.en", "content.en", "context"}),
+    (("zh",), {"title.cjk", "content.cjk", "context.cjk"}),
+])
+def test_the_mapping_indexes_only_the_languages_fields(languages, indexed) -> None:
+    properties = load_index_body(languages=languages)["mappings"]["properties"]
+    found = set()
+    for name in ("title", "content", "context"):
+        if properties[name].get("index", True):
+            found.add(name)
+        found.update(f"{name}.{sub}" for sub in properties[name].get("fields", {}))
+    assert found == indexed
+    assert properties["title"]["index"] is False and properties["content"]["index"] is False  # never queried
+
+
+def test_vector_mapping_overlay() -> None:
+    plain = load_index_body()
+    assert VECTOR_FIELD not in plain["mappings"]["properties"] and "knn" not in plain["settings"]["index"]
+    hybrid = new_kb(retrieval="hybrid", embedder="e5")
+    settings = settings_for("http://x", hybrid)
+    body = index_body(settings, hybrid)
+    field = body["mappings"]["properties"][VECTOR_FIELD]
+    assert body["settings"]["index"]["knn"] is True
+    assert field["type"] == "knn_vector" and field["dimension"] == 384
+    assert field["method"] == {"name": "hnsw", "space_type": "cosinesimil", "engine": "lucene",
+                               "parameters": {"m": 16, "ef_construction": 128}}

@@ -92,22 +92,3 @@ def test_calibrate_for_one_knowledge_base_prints_its_own_tables() -> None:
     assert "[scoring" not in text.replace("[knowledge.scoring", "")
     own = tomllib.loads('[[knowledge]]\nid = "x"\n' + text)["knowledge"][0]["scoring"]
     assert ScoringSettings.model_validate(own).bm25.log_score == pytest.approx(fitted.bm25.log_score, abs=1e-4)
-
-
-OWN_SCORING = ScoringSettings(hybrid_weight=0.3)
-
-
-@pytest.mark.parametrize(("scorings", "expected"), [
-    ([None], ScoringSettings()),
-    ([OWN_SCORING], OWN_SCORING),
-    ([OWN_SCORING, OWN_SCORING], OWN_SCORING),  # several bases, all calibrated alike
-    ([OWN_SCORING, None], ScoringSettings()),  # not comparable: the service-wide mappings
-    ([OWN_SCORING, ScoringSettings(hybrid_weight=0.4)], ScoringSettings()),
-])
-def test_a_search_uses_its_knowledge_bases_own_scoring_when_they_share_it(scorings: list, expected: object) -> None:
-    from helpers.setup import new_kb
-
-    from es_provider.search.retrieval import scoring_of
-
-    bases = [new_kb(id=f"kb-{n}", scoring=scoring) for n, scoring in enumerate(scorings)]
-    assert scoring_of(bases, ScoringSettings()) == expected

@@ -11,7 +11,6 @@ import pytest
 from es_provider.core import acl
 from es_provider.core.acl import Filter, Identity
 from es_provider.search import explain
-from es_provider.web.login import session_token, session_valid
 
 TENANTS = ["team-a", "team-b", "", None]
 SUBJECTS = ["u-alice", "u-bob", "u-carol"]
@@ -99,18 +98,6 @@ def test_a_permission_rule_comes_before_every_ranking_rule() -> None:
     [reason] = explain.explain([hidden], bob, [Filter.TENANT], explain.Ranking([("c1", "d1", 0.9)], top_k=5),
                                metadata_matched=set(), query_matched=set())
     assert reason.rule == "tenant"
-
-
-@pytest.mark.parametrize(("token", "now", "ok"), [
-    (session_token(b"k", 2000), 1000, True),
-    (session_token(b"k", 2000), 2001, False),  # expired
-    (session_token(b"other", 2000), 1000, False),  # another key's
-    ("2000." + "0" * 64, 1000, False),
-    ("3000" + session_token(b"k", 2000)[4:], 1000, False),  # expiry changed
-    ("", 1000, False), (None, 1000, False), ("abc", 1000, False), ("x.y", 1000, False),
-])
-def test_session_tokens(token: str | None, now: float, ok: bool) -> None:
-    assert session_valid(b"k", token, now) is ok
 
 
 def test_a_malformed_document_id_does_not_break_the_explanation() -> None:

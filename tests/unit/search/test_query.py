@@ -7,7 +7,10 @@ from es_provider.core.acl import Filter, Identity
 from es_provider.search.domain import SearchRequest
 from es_provider.search.query import (
     MAX_QUERY_UNITS,
+    VECTOR_FIELD,
     bounded_text,
+    build_hybrid,
+    build_knn,
     build_search,
     candidate_count,
     query_terms,
@@ -136,19 +139,40 @@ def test_query_fields_follow_the_languages(languages, query, fields, context) ->
     assert scored["should"][0]["multi_match"]["fields"] == context
 
 
-@pytest.mark.parametrize(("languages", "indexed"), [
-    (("en", "zh"), {"title.en", "title.cjk", "content.en", "content.cjk", "context", "context.cjk"}),
-    (("en",), {"title.en", "content.en", "context"}),
-    (("zh",), {"title.cjk", "content.cjk", "context.cjk"}),
-])
-def test_the_mapping_indexes_only_the_languages_fields(languages, indexed) -> None:
-    from es_provider.ingest.admin import load_index_body
+# --- the kNN and hybrid bodies: the permission filters inside the kNN query and in the BM25 leg ---------------
 
-    properties = load_index_body(languages=languages)["mappings"]["properties"]
-    found = set()
-    for name in ("title", "content", "context"):
-        if properties[name].get("index", True):
-            found.add(name)
-        found.update(f"{name}.{sub}" for sub in properties[name].get("fields", {}))
-    assert found == indexed
-    assert properties["title"]["index"] is False and properties["content"]["index"] is False  # never queried
+VECTOR = [0.1, 0.2, 0.3]
+
+
+def hybrid_request(filters: tuple = (Filter.TENANT, Filter.SUBJECT), top_k: int = 5) -> SearchRequest:
+    return retrieval(query="install", filters=filters, top_k=top_k,
+                     knowledge=(new_kb(retrieval="hybrid", embedder="e5"),))
+
+
+def test_knn_query_carries_the_permission_filters_inside_and_outside() -> None:
+    plan = build_knn(hybrid_request(), VECTOR, timeout_ms=900)
+    outer = plan.body["query"]["bool"]
+    knn = outer["must"][0]["knn"][VECTOR_FIELD]
+    assert plan.applied_filters == (Filter.TENANT, Filter.SUBJECT)
+    # At least 100 (Lucene explores k candidates), and twice the candidates for collapsing.
+    assert knn["vector"] == VECTOR and knn["k"] == 100 and plan.body["size"] == 10
+    assert knn["filter"] == {"bool": {"filter": outer["filter"]}}
+    assert len(outer["filter"]) == 2
+    assert plan.body["timeout"] == "900ms"
+
+
+def test_knn_without_filters_has_no_empty_filter() -> None:
+    plan = build_knn(hybrid_request(filters=()), VECTOR, timeout_ms=10)
+    assert "filter" not in plan.body["query"]["bool"]["must"][0]["knn"][VECTOR_FIELD]
+    assert plan.applied_filters == ()
+
+
+@pytest.mark.parametrize(("top_k", "depth", "size"), [(5, 30, 30), (10, 5, 15), (100, 30, 150), (1024, 30, 1024)])
+def test_hybrid_runs_both_legs_with_the_same_filters(top_k: int, depth: int, size: int) -> None:
+    plan = build_hybrid(hybrid_request(top_k=top_k), VECTOR, depth=depth, timeout_ms=10)
+    bm25, knn = plan.bodies
+    assert bm25["query"] == build_search(hybrid_request(top_k=top_k), timeout_ms=10).body["query"]
+    assert bm25["size"] == knn["size"] == size
+    assert knn["query"]["bool"]["must"][0]["knn"][VECTOR_FIELD]["k"] == min(1024, max(100, 2 * size))
+    assert knn["query"]["bool"]["filter"] == bm25["query"]["bool"]["filter"]
+    assert knn["query"]["bool"]["must"][0]["knn"][VECTOR_FIELD]["filter"]["bool"]["filter"] == bm25["query"]["bool"]["filter"]

@@ -1,5 +1,6 @@
-"""The workbench's session cookie: only a token this key issued, unexpired, is a session; every malformed shape a
-client can send is just "no session" (never an exception: issue 27, a cookie `².x` was a 503 with a traceback)."""
+"""The workbench's login (web/login.py), its session cookie: only a token this key issued, unexpired, is a
+session; every malformed shape a client can send is just "no session" (never an exception: issue 27, a cookie `².x`
+was a 503 with a traceback)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,16 @@ MAC = session_token(KEY, LATER).split(".", 1)[1]
 ])
 def test_only_an_issued_unexpired_token_is_a_session(token: str | None, valid: bool) -> None:
     assert session_valid(KEY, token, NOW) is valid
+
+
+@pytest.mark.parametrize(("token", "now", "ok"), [
+    (session_token(b"k", 2000), 1000, True),
+    (session_token(b"k", 2000), 2001, False),  # expired
+    (session_token(b"other", 2000), 1000, False),  # another key's
+    ("2000." + "0" * 64, 1000, False),
+    ("3000" + session_token(b"k", 2000)[4:], 1000, False),  # expiry changed
+    ("", 1000, False), (None, 1000, False), ("abc", 1000, False), ("x.y", 1000, False),
+])
+def test_session_tokens(token: str | None, now: float, ok: bool) -> None:
+    assert session_valid(b"k", token, now) is ok
+

@@ -1,5 +1,5 @@
 """Fitting the score mappings on judged queries (offline/calibrate.py: nDCG@10, each set counted equally, the
-TOML it prints), and the scoring a search uses (search/retrieval.py scoring_of). The calibration itself is in
+TOML it prints). The scoring a search uses: search/test_retrieval.py; the calibration itself:
 tests/unit/core/test_calibration.py."""
 
 from __future__ import annotations

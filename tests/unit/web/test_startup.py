@@ -1,4 +1,6 @@
-"""What the service does at start with the engine it finds (web/startup.py, meet_engine), for each kind of answer."""
+"""What the service does at start (web/startup.py): with the engine it finds (meet_engine), for each kind of
+answer, and what it says once about each knowledge base's source uri (log_exposure; issue 53, item 3: a value that is
+not an http(s) URL is answered on no protocol and said once at start, never per item)."""
 
 from __future__ import annotations
 
@@ -6,12 +8,13 @@ import logging
 from typing import Any
 
 import pytest
+from helpers.setup import new_kb, settings_for
 
 from es_provider.config.settings import Settings
 from es_provider.core.errors import ErrorCode, KnowledgeError, StartupError
 from es_provider.engine import dialect
 from es_provider.engine.errors import UnsupportedEngineError
-from es_provider.web.startup import meet_engine
+from es_provider.web.startup import log_exposure, meet_engine
 
 
 class FakeEngine:
@@ -70,3 +73,25 @@ async def test_meet_engine(flavor: Any, knn: Any, vector: bool, logged: str | No
     else:
         await meet_engine(engine, settings(vector))
         assert any(logged in message for message in caplog.messages), caplog.messages
+
+
+@pytest.mark.parametrize(("schema", "fields", "said"), [
+    ("langchain", {}, "source uri from metadata.source is answered, on every protocol, only where it holds an "
+                      "http(s) URL (LangChain's loaders put file paths there; a path is left out)"),
+    ("llamaindex", {}, "source uri from metadata.file_path is answered, on every protocol, only where it holds an "
+                       "http(s) URL (LlamaIndex's readers put file paths there; a path is left out)"),
+    ("elastic-connectors", {}, "source uri from url is answered, on every protocol, only where it holds an "
+                               "http(s) URL"),
+    ("haystack", {}, None), ("es-provider", None, None),
+])
+def test_the_uri_rule_is_said_once_at_start(schema: str, fields: dict | None, said: str | None,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    if fields is None:
+        kb = new_kb()
+    else:
+        kb = new_kb(schema=schema, fields={"subjects": "readers.keyword", **fields}, mandatory_filters=["SUBJECT"],
+                    open_to_keys=True)
+    with caplog.at_level(logging.INFO, logger="es_provider"):
+        log_exposure(settings_for("http://127.0.0.1:9", kb))
+    lines = [r.getMessage() for r in caplog.records if "source uri" in r.getMessage()]
+    assert lines == ([f"knowledge base {kb.id}: {said}"] if said else [])

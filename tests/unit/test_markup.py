@@ -1,30 +1,10 @@
-"""Markup residue repaired in answers rather than skipped (hits.py, sparktide_items.py), and a skipped
-item's place taken by the next candidate. How residue is recognised and removed: tests/unit/core/test_markup.py."""
+"""A skipped item's place taken by the next candidate (sparktide_items.py). Markup residue repaired in a chunk:
+tests/unit/search/test_hits.py; how residue is recognised and removed: tests/unit/core/test_markup.py."""
 
 from __future__ import annotations
 
-import pytest
-
 from es_provider.protocols import sparktide_items as items
 from es_provider.search.domain import Chunk
-from es_provider.search.hits import MalformedHit, to_chunk
-
-
-def hit(content: str, title: str = "Title") -> dict:
-    return {"_id": "c-1", "_index": "kb-v1", "_source": {"chunk_id": "c-1", "document_id": "doc-1",
-                                                         "content": content, "title": title}}
-
-
-def test_a_chunk_with_residue_is_repaired_and_says_so() -> None:
-    chunk = to_chunk(hit("安裝<br>位置", title="<b>規範</b>"), knowledge_id="kb", score=0.9)
-    assert (chunk.content, chunk.title, chunk.repaired) == ("安裝 位置", "規範", True)
-    item, fixes = items.to_item(chunk)
-    assert item["content"] == "安裝 位置" and fixes == ["removed markup residue from content"]
-
-
-def test_a_chunk_of_markup_only_is_malformed() -> None:
-    with pytest.raises(MalformedHit, match="markup"):
-        to_chunk(hit("<br><br/>"), knowledge_id="kb", score=0.9)
 
 
 def chunk(n: int, **fields: object) -> Chunk:

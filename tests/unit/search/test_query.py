@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 from helpers.setup import new_kb
 
+from es_provider.config.knowledge import KnowledgeBase
 from es_provider.core.acl import Filter, Identity
 from es_provider.search.domain import SearchRequest
 from es_provider.search.query import (
@@ -176,3 +177,53 @@ def test_hybrid_runs_both_legs_with_the_same_filters(top_k: int, depth: int, siz
     assert knn["query"]["bool"]["must"][0]["knn"][VECTOR_FIELD]["k"] == min(1024, max(100, 2 * size))
     assert knn["query"]["bool"]["filter"] == bm25["query"]["bool"]["filter"]
     assert knn["query"]["bool"]["must"][0]["knn"][VECTOR_FIELD]["filter"]["bool"]["filter"] == bm25["query"]["bool"]["filter"]
+
+
+# --- an existing index's body reads its own fields (its schema: tests/unit/test_schema.py) -----------------------
+
+def _existing(**fields: object) -> KnowledgeBase:
+    own = {"text": ["body", "heading"], "title": "heading", "document_id": "doc_id", "tenant": "tenant",
+           "subjects": "owner", "groups": "allowed_groups", "uri": "url", "page": "page",
+           "metadata": ["meta.year"], "vector": "vec"}
+    return new_kb(id="corp", alias="corp-docs", **{"schema": "custom", "fields": own, **fields})
+
+
+def test_an_existing_index_body_reads_its_fields() -> None:
+    kb = _existing(mandatory_filters=["TENANT", "SUBJECT"])
+    body = build_search(retrieval("budget plan", knowledge=(kb,)), timeout_ms=1000).body
+    assert body["_source"] == ["body", "heading", "doc_id", "tenant", "owner", "allowed_groups", "url", "page",
+                               "meta.year"]
+    assert body["collapse"] == {"field": "doc_id"}
+    text = body["query"]["bool"]["must"][0]["multi_match"]
+    assert text["fields"] == ["body", "heading"] and text["query"] == "budget plan"
+    knn = build_knn(retrieval("budget plan", knowledge=(kb,)), [0.1, 0.2], timeout_ms=1000).body["query"]["bool"]["must"][0]["knn"]
+    assert list(knn) == ["vec"] and knn["vec"]["filter"]["bool"]["filter"] == body["query"]["bool"]["filter"]
+
+
+def test_a_whole_document_index_is_not_collapsed() -> None:
+    kb = _existing(mandatory_filters=["TENANT"], fields={"text": ["body"], "tenant": "tenant"})
+    assert "collapse" not in build_search(retrieval("budget plan", knowledge=(kb,)), timeout_ms=1000).body
+
+
+# --- the query bound counts what the analyzers produce (hardening finding 4) -----------------------------------
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("\U00020000" * 520, 200),  # CJK Extension B: one term per character
+        ("\U00030000" * 300, 200),  # Extension G (tertiary plane)
+        ("中" * 300, 200), ("ひらがな" * 100, 200), ("カタカナ" * 100, 200), ("한국어" * 100, 200),
+        ("ｶﾀｶﾅ" * 100, 200),  # half-width katakana
+        ("a中" * 300, 200),  # alternating scripts: every character is its own term
+        ("word " * 300, 200 * 5 - 1),
+        ("x" * 600, 600),  # one long run: 3 terms (the tokenizer cuts at 255)
+    ],
+)
+def test_query_bound_counts_terms(text: str, kept: int) -> None:
+    assert len(bounded_text(text)) == kept
+
+
+def test_supplementary_ideographs_use_the_cjk_fields() -> None:
+    assert "content.cjk" in text_fields("\U00020000")
+    assert "content.cjk" not in text_fields("plain words")
+    assert MAX_QUERY_UNITS * len(text_fields("中")) < 1024

@@ -1,10 +1,12 @@
-"""The access record's pure parts (access.py): the record's shape, retention by name, --since, and the query that
-finds records, asked of the engine and of a file alike."""
+"""The access record's pure parts (access.py): the record's shape, retention by name, --since, the query that
+finds records, asked of the engine and of a file alike, which item errors are the record's own fault, and JSON Lines
+lines that split the Python way."""
 
 from __future__ import annotations
 
 import datetime as dt
 
+import orjson
 import pytest
 
 from es_provider.audit import access
@@ -104,3 +106,40 @@ def test_the_same_question_of_a_file_and_of_the_engine(wanted: access.Wanted, fo
 def test_newest_first_and_limited() -> None:
     body = access.search_body(access.Wanted(limit=7))
     assert body["size"] == 7 and body["sort"][0] == {"time": {"order": "desc"}}
+
+
+# status, the engine's error type, whether the record is dropped (its own content) or kept for another try, id
+REJECTIONS = """
+    400  mapper_parsing_exception          drop  mapping
+    400  document_parsing_exception        drop  parsing
+    400  illegal_argument_exception        drop  illegal-argument
+    400  strict_dynamic_mapping_exception  drop  strict-mapping
+    403  cluster_block_exception           keep  write-block
+    400  index_closed_exception            keep  closed
+    403  security_exception                keep  permission
+    401  security_exception                keep  authentication
+    404  index_not_found_exception         keep  no-index
+    429  es_rejected_execution_exception   keep  busy
+    503  unavailable_shards_exception      keep  no-primary
+    403  mapper_parsing_exception          keep  content-type-under-another-status
+    400  something_new_exception           keep  unknown-is-an-outage
+"""
+
+
+@pytest.mark.parametrize(("status", "kind", "dropped"), [
+    pytest.param(int(status), kind, outcome == "drop", id=name)
+    for status, kind, outcome, name in map(str.split, REJECTIONS.strip().splitlines())
+])
+def test_only_a_record_s_own_content_drops_it(status: int, kind: str, dropped: bool) -> None:
+    assert access.rejected_for_content(status, kind) is dropped
+
+
+@pytest.mark.parametrize("text", [
+    pytest.param("a\u2028b", id="line-separator"), pytest.param("a\u2029b", id="paragraph-separator"),
+    pytest.param("a\u0085b", id="next-line"), pytest.param("a\nb\rc\x1c\x1d\x1e\x0b\x0c", id="ascii-breaks"),
+    pytest.param("\u2028\u2028\u0085é漢", id="mixed"),
+])
+def test_a_json_line_is_one_line_the_python_way(text: str) -> None:
+    line = access.json_line({"id": "r", "subject": text})
+    assert line.endswith(b"\n") and len(line.decode().splitlines()) == 1
+    assert orjson.loads(line) == {"id": "r", "subject": text}

@@ -8,7 +8,7 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
-from test_access_spool import FlakySink, folder, record, recorder, settings, until
+from helpers.recording import FlakySink, folder, record, recorder, settings, until
 
 from es_provider.audit.journal import Journal, Segment
 from es_provider.audit.lines import open_lines

@@ -1,5 +1,5 @@
 """engine/probes.py's reading of the engine's answers: which privilege a refusal names, in the order a call is
-checked; the harmless calls; Elasticsearch's _has_privileges; and edge/grants.py's refusal."""
+checked; the harmless calls; Elasticsearch's _has_privileges."""
 
 from __future__ import annotations
 
@@ -11,12 +11,9 @@ import orjson
 import pytest
 
 from es_provider.config.settings import Settings
-from es_provider.core.errors import KnowledgeError
-from es_provider.edge.grants import Grants
 from es_provider.engine import probes
-from es_provider.engine.connection import Connection
-from es_provider.engine.privileges import DUTIES, SERVE, Duty, Names, Privilege, Target
-from es_provider.engine.probes import Finding, Status
+from es_provider.engine.privileges import DUTIES, Duty, Names, Privilege, Target
+from es_provider.engine.probes import Status
 
 NAMES = Names(knowledge=("kb-docs",), replays="r", principals="p", access="a")
 TODAY = dt.date(2026, 12, 3)
@@ -234,37 +231,6 @@ def test_each_optional_part_says_why_and_what_for() -> None:
     parts = {part.what: part for part in probes.parts_of(_config(**EMBEDS))}
     assert parts["an embedder"].used and "docs" in parts["an embedder"].because
     assert not parts["the replay store"].used and "signature" in parts["the replay store"].because
-
-
-def _settings() -> Settings:
-    return Settings.model_validate({"opensearch": {"url": "http://127.0.0.1:1"}}, strict=False)
-
-
-def test_grants_refuse_while_a_privilege_is_missing() -> None:
-    class Engine:
-        connection = Connection.plain("http://127.0.0.1:9200")
-
-        def __init__(self) -> None:
-            self.findings = [Finding(SERVE[1], "kb-docs", Status.MISSING, "refused")]
-
-        async def probe(self, *_: Any, **__: Any) -> list[Finding]:
-            return self.findings
-
-    engine = Engine()
-    now = [0.0]
-    grants = Grants(engine, _settings(), every_s=60, clock=lambda: now[0])  # type: ignore[arg-type]
-    grants.require()  # nothing probed yet: nothing refused
-    assert [f.privilege for f in asyncio.run(grants.check())] == [SERVE[1]]
-    with pytest.raises(KnowledgeError) as refused:
-        grants.require()
-    assert "indices:data/read/search on kb-docs" in str(refused.value.detail)
-    engine.findings = []
-    asyncio.run(grants.check())
-    with pytest.raises(KnowledgeError):
-        grants.require()  # probed again only after every_s
-    now[0] = 61
-    assert asyncio.run(grants.check()) == []
-    grants.require()
 
 
 @pytest.mark.parametrize("duty", list(Duty))

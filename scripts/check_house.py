@@ -7,7 +7,12 @@ this, so the next feature cannot quietly undo them:
    so a block copied inside one module, the commonest copy, is invisible to it);
 3. docs/development.md's layout names every module of es_provider, every package, and nothing that is gone;
 4. each package's docstring is true: it points to that layout, every module it names exists, and its import rule
-   ("Imports only core and config of es_provider.") holds for every import of its modules (read with ast).
+   ("Imports only core and config of es_provider.") holds for every import of its modules (read with ast);
+5. at least 80 % of es_provider's modules (es_provider/<package>/<module>.py, not __init__.py or __main__.py) have
+   their unit tests in a file named after them, tests/unit/<package>/test_<module>.py, so a module's tests are
+   found by its name;
+6. bench/ and tests/ never import each other (nor does harness/, what they share, import either): a benchmark
+   leaning on a test helper, or a test on the bench, would tie the two suites' changes together.
 
     python scripts/check_house.py      # one line per finding; exit 1 if there is any
 """
@@ -234,6 +239,56 @@ def pointer_findings(init: str, docstring: str) -> list[Finding]:
     return [Finding(init, f"does not point to {LAYOUT_DOC} for its modules", "docstring")]
 
 
+# --- 5. Unit tests named after their modules ---------------------------------------------------------------------
+
+UNIT_TESTS = "tests/unit"
+TESTED_SHARE = 0.8
+
+
+def tested_findings(modules: Iterable[str], tests: Iterable[str], share: float = TESTED_SHARE) -> list[Finding]:
+    """modules: package/module.py under es_provider; tests: package/test_module.py under tests/unit. One finding
+    when fewer than `share` of the modules have their test file, naming the share and every module without one."""
+    tested = {f"{Path(test).parent}/{Path(test).name.removeprefix('test_')}" for test in tests
+              if Path(test).name.startswith("test_")}
+    modules = sorted(modules)
+    untested = [module for module in modules if module not in tested]
+    if not modules or (len(modules) - len(untested)) / len(modules) >= share:
+        return []
+    found = 100 * (len(modules) - len(untested)) // len(modules)
+    return [Finding(UNIT_TESTS, f"{found} % of {PACKAGE}'s {len(modules)} modules have a unit test file named after "
+                    f"them ({share:.0%} wanted); none for {', '.join(untested)}", "tested")]
+
+
+# --- 6. bench/ and tests/ apart -------------------------------------------------------------------------------------
+
+# What each folder must not import (top-level names), and whether naming the tests' folders in a string counts too
+# (a `ROOT / "tests"` put on sys.path, a helper run by path).
+APART = (("bench", {"tests", "helpers", "conftest"}, True), ("tests", {"bench"}, False),
+         ("harness", {"bench", "tests", "helpers", "conftest"}, True))
+
+
+def imported_tops(source: str) -> set[str]:
+    """The top-level names of every module a source imports (at any depth: a function's own imports too)."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def folders_named(source: str) -> set[str]:
+    return {node.value for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Constant) and node.value in ("tests", "helpers")}
+
+
+def apart_findings(where: str, source: str, forbidden: set[str], paths: bool) -> list[Finding]:
+    wrong = (imported_tops(source) & forbidden) | (folders_named(source) if paths else set())
+    return [Finding(where, f"imports or names {name}, which {where.split('/', 1)[0]}/ must not", "apart")
+            for name in sorted(wrong)]
+
+
 # --- The run --------------------------------------------------------------------------------------------------------
 
 def dotted(path: Path, package_root: Path) -> str:
@@ -281,11 +336,24 @@ def check_docstrings(package_root: Path) -> list[Finding]:
     return findings
 
 
+def check_tested(package_root: Path) -> list[Finding]:
+    modules = [str(p.relative_to(package_root)) for p in package_root.glob("*/*.py")
+               if p.name not in ("__init__.py", "__main__.py")]
+    tests = [str(p.relative_to(ROOT / UNIT_TESTS)) for p in (ROOT / UNIT_TESTS).glob("*/test_*.py")]
+    return tested_findings(modules, tests)
+
+
+def check_apart(files: Mapping[str, Path]) -> list[Finding]:
+    return [finding for folder, forbidden, paths in APART for name, path in sorted(files.items())
+            if name.startswith(f"{folder}/")
+            for finding in apart_findings(name, path.read_text(encoding="utf-8"), forbidden, paths)]
+
+
 def main() -> int:
     files = {str(path.relative_to(ROOT)): path for path in python_files(ROOT)}
     package_root = ROOT / PACKAGE
     findings = [*check_size(files), *check_copies(files), *check_layout(package_root),
-                *check_docstrings(package_root)]
+                *check_docstrings(package_root), *check_tested(package_root), *check_apart(files)]
     for finding in findings:
         print(finding)
     if findings:

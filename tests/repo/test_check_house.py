@@ -186,3 +186,33 @@ def test_the_modules_a_docstring_names_exist(docstring: str, package: str, missi
 ])
 def test_each_docstring_points_to_the_layout(docstring: str, points: bool) -> None:
     assert (house.pointer_findings("__init__.py", docstring) == []) is points
+
+
+@pytest.mark.parametrize(("modules", "tests", "expected"), [
+    (["core/acl.py", "core/logs.py", "web/app.py", "web/state.py", "cli/kb.py"],
+     ["core/test_acl.py", "core/test_logs.py", "web/test_app.py", "cli/test_kb.py"], None),  # 4 of 5: 80 %
+    (["core/acl.py", "core/logs.py", "web/app.py", "web/state.py", "cli/kb.py"],
+     ["core/test_acl.py", "core/test_logs.py", "web/test_state.py"],
+     "60 % of es_provider's 5 modules have a unit test file named after them (80% wanted); none for cli/kb.py, "
+     "web/app.py"),
+    (["core/acl.py"], ["test_acl.py", "web/test_acl.py", "core/acl_test.py"],  # not beside its package's name
+     "0 % of es_provider's 1 modules have a unit test file named after them (80% wanted); none for core/acl.py"),
+    ([], [], None),
+])
+def test_most_modules_have_a_unit_test_named_after_them(modules: list[str], tests: list[str],
+                                                        expected: str | None) -> None:
+    found = house.tested_findings(modules, tests)
+    assert [finding.what for finding in found] == ([expected] if expected else [])
+
+
+@pytest.mark.parametrize(("where", "source", "forbidden", "paths", "expected"), [
+    ("bench/run.py", "import os\nfrom harness import loadgen\n", {"tests", "helpers"}, True, []),
+    ("bench/run.py", "def late():\n    from helpers.served import Served\n", {"tests", "helpers"}, True, ["helpers"]),
+    ("bench/run.py", 'PATH = ROOT / "tests"\n', {"tests", "helpers"}, True, ["tests"]),
+    ("tests/unit/x.py", "import bench.loadgen\nimport es_provider\n", {"bench"}, False, ["bench"]),
+    ("tests/unit/x.py", 'HERE = "tests"\n', {"bench"}, False, []),  # the tests may name their own folder
+])
+def test_bench_and_tests_stay_apart(where: str, source: str, forbidden: set[str], paths: bool,
+                                    expected: list[str]) -> None:
+    found = house.apart_findings(where, source, forbidden, paths)
+    assert [finding.what.split()[3].rstrip(",") for finding in found] == expected

@@ -1,4 +1,5 @@
-"""The neutral result is cut to topK once: it carries the whole ordered selection and topK, each protocol takes what
+"""protocols/sparktide.py: the registration manifest, and the answer rendered from a search result. The neutral
+result is cut to topK once: it carries the whole ordered selection and topK, each protocol takes what
 it needs (Dify and AgentArts the answer, SparkTide the candidates past it for the items its rules skip)."""
 
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 import pytest
 from helpers.setup import new_kb
 
-from es_provider.protocols.sparktide import render
+from es_provider.protocols.sparktide import manifest, render
 from es_provider.search.domain import Chunk, SearchResult
 
 
@@ -47,3 +48,24 @@ def test_sparktide_fills_a_skipped_item_from_past_the_cut(selected: list[str], t
                                                           legacy: bool) -> None:
     rendered = render(new_kb(protocol="legacy", mandatory_filters=[]) if legacy else new_kb(), result(selected, top_k))
     assert [chunk for _, _, chunk, _ in rendered.served] == served
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "expected"),
+    [("https://business.example.com", "https://business.example.com/agent/knowledge/project-documents/1.0.0"),
+     ("https://b.example.com/", "https://b.example.com/agent/knowledge/project-documents/1.0.0"),
+     ("https://b.example.com/agent/knowledge/project-documents/1.0.0",
+      "https://b.example.com/agent/knowledge/project-documents/1.0.0")],
+)
+def test_manifest(endpoint: str, expected: str) -> None:
+    kb = new_kb(top_k=3, secret_ref="PROJECT_CALLBACK_KEY", permissions=["project.read"])
+    assert manifest(kb, endpoint) == {
+        "mode": "REMOTE", "endpoint": expected, "secretRef": "PROJECT_CALLBACK_KEY",
+        "callbackProtocolVersion": "1.0", "mandatoryFilters": ["TENANT", "SUBJECT"], "topK": 3,
+        "permissions": ["project.read"],
+    }
+
+
+def test_legacy_manifest_has_no_callback_version() -> None:
+    registration = manifest(new_kb(protocol="legacy", mandatory_filters=[]), "https://x.example.com")
+    assert "callbackProtocolVersion" not in registration and registration["mandatoryFilters"] == []

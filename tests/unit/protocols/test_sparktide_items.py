@@ -1,13 +1,15 @@
+"""protocols/sparktide_items.py: what a SparkTide item may hold (uri, id, metadata), the chunks it cannot send,
+an item and a legacy document from a chunk, and the rendered body (deduplicated, capped at 100 and one mebibyte, a
+skipped item's place taken by the next candidate)."""
+
 from __future__ import annotations
 
 import math
 
 import orjson
 import pytest
-from helpers.setup import new_kb
 
 from es_provider.protocols import sparktide_items as items
-from es_provider.protocols.sparktide import manifest
 from es_provider.search.domain import Chunk
 
 
@@ -118,29 +120,16 @@ def test_legacy_document() -> None:
     assert doc == {"id": "c-1", "text": "text", "source": "https://e.x/d", "title": "Title", "tenantId": "team-a"}
 
 
-@pytest.mark.parametrize(
-    ("endpoint", "expected"),
-    [("https://business.example.com", "https://business.example.com/agent/knowledge/project-documents/1.0.0"),
-     ("https://b.example.com/", "https://b.example.com/agent/knowledge/project-documents/1.0.0"),
-     ("https://b.example.com/agent/knowledge/project-documents/1.0.0",
-      "https://b.example.com/agent/knowledge/project-documents/1.0.0")],
-)
-def test_manifest(endpoint: str, expected: str) -> None:
-    kb = new_kb(top_k=3, secret_ref="PROJECT_CALLBACK_KEY", permissions=["project.read"])
-    assert manifest(kb, endpoint) == {
-        "mode": "REMOTE", "endpoint": expected, "secretRef": "PROJECT_CALLBACK_KEY",
-        "callbackProtocolVersion": "1.0", "mandatoryFilters": ["TENANT", "SUBJECT"], "topK": 3,
-        "permissions": ["project.read"],
-    }
-
-
-def test_legacy_manifest_has_no_callback_version() -> None:
-    registration = manifest(new_kb(protocol="legacy", mandatory_filters=[]), "https://x.example.com")
-    assert "callbackProtocolVersion" not in registration and registration["mandatoryFilters"] == []
-
-
 def test_render_empty_and_legacy_bodies() -> None:
     assert orjson.loads(items.render([], {"protocolVersion": "1.0", "appliedFilters": ["TENANT"]}, "items").body) == {
         "protocolVersion": "1.0", "appliedFilters": ["TENANT"], "items": []}
     assert orjson.loads(items.render([chunk()], {}, "documents", legacy=True).body) == {"documents": [
         {"id": "c-1", "text": "text", "source": "doc-1", "title": "Title", "tenantId": "team-a"}]}
+
+
+def test_a_skipped_item_is_replaced_by_the_next_candidate() -> None:
+    candidates = [chunk("bad id"), *(chunk(f"c-{n}") for n in range(1, 5))]
+    rendered = items.render(candidates, {"protocolVersion": "1.0", "appliedFilters": []}, "items", limit=3)
+    ids = [item["id"] for item in orjson.loads(rendered.body)["items"]]
+    assert ids == ["c-1", "c-2", "c-3"] and rendered.count == 3
+    assert any("skipped" in problem for problem in rendered.problems)

@@ -23,12 +23,13 @@ from typing import Any
 import orjson
 
 from bench.bodies import callback
-from bench.common import config_text, service, summarise
+from bench.common import PREFIX, config_text, ratio, service, sized, summarise
 from bench.identities import code_version, measured_round, warnings
 
-C32_REQUESTS, C32_WARMUP = 2400, 200
-PREFIX = "bench-access"
-SINK_RECORDS = 100_000
+C32_REQUESTS, C32_WARMUP = sized((2400, 200), (32, 4))
+C1_REQUESTS, C1_WARMUP = sized((300, 30), (10, 2))
+RECORDS = f"{PREFIX}-access"  # the access record's daily indices
+SINK_RECORDS = sized(100_000, 1000)
 CPU = "service_cpu_ms_per_request"
 
 
@@ -37,7 +38,7 @@ def configs(work: Path, url: str, kb: dict[str, Any]) -> dict[str, Path]:
     off = work / "access-off.toml"
     off.write_text("[access_log]\nenabled = false\n\n" + base)
     on = work / "access-on.toml"
-    on.write_text(f'[access_log]\nenabled = true\nindex = "{PREFIX}"\n\n' + base)
+    on.write_text(f'[access_log]\nenabled = true\nindex = "{RECORDS}"\n\n' + base)
     return {"off": off, "on": on}
 
 
@@ -61,7 +62,7 @@ def sink_rate(url: str, writers: int) -> dict[str, Any]:
 
     async def run() -> dict[str, Any]:
         engine = Engine(url)
-        prefix = f"{PREFIX}-sink-{uuid.uuid4().hex[:8]}"
+        prefix = f"{RECORDS}-sink-{uuid.uuid4().hex[:8]}"
         sink = IndexSink(engine, prefix)
         records = [sample_record(n) for n in range(SINK_RECORDS)]
         batches = [records[i:i + 500] for i in range(0, len(records), 500)]
@@ -104,7 +105,7 @@ def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: in
             for concurrency in (1, 32):
                 for mode in order:
                     svc = services[mode]
-                    requests, warmup = (C32_REQUESTS, C32_WARMUP) if concurrency == 32 else (300, 30)
+                    requests, warmup = (C32_REQUESTS, C32_WARMUP) if concurrency == 32 else (C1_REQUESTS, C1_WARMUP)
                     row = runs.setdefault(f"{mode} c{concurrency}", {"lat": [], "sec": 0.0, "err": 0, "rounds": []})
                     one = measured_round(svc, route, bodies, concurrency, requests, warmup, row)
                     print(f"  round {r + 1} access record {mode} c{concurrency}: p50 {one['p50_ms']} ms, "
@@ -117,7 +118,7 @@ def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: in
                        and "_total" in line.split(" ")[0]}
     # every request the on service answered, warm-ups included (they are recorded too)
     answered = sum(len(row["lat"]) + row["err"] for label, row in runs.items() if label.startswith("on ")) + \
-        rounds * (30 + C32_WARMUP)
+        rounds * (C1_WARMUP + C32_WARMUP)
     out: dict[str, Any] = {}
     for label, row in runs.items():
         per = row["rounds"]
@@ -127,10 +128,10 @@ def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: in
                       "median_round_cpu_ms_per_request": round(statistics.median([x[CPU] for x in per]), 3)}
 
     def paired(key: str, c: int) -> list[float]:  # on / off within each round
-        return [round(a[key] / b[key], 3) for a, b in zip(out[f"on c{c}"]["rounds"], out[f"off c{c}"]["rounds"],
+        return [ratio(a[key], b[key]) for a, b in zip(out[f"on c{c}"]["rounds"], out[f"off c{c}"]["rounds"],
                                                           strict=True)]
 
-    ratio = lambda key, c: round(out[f"on c{c}"][key] / out[f"off c{c}"][key], 3)  # noqa: E731
+    medians = lambda key, c: ratio(out[f"on c{c}"][key], out[f"off c{c}"][key])  # noqa: E731
     print("  the sink alone: records per second into one node", flush=True)
     sink = [sink_rate(url, writers) for writers in (1, 4)]
     for row in sink:
@@ -140,9 +141,9 @@ def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: in
         "code": code_version(),
         "modes": out,
         "on_over_off": {
-            "c1_p50": ratio("median_round_p50_ms", 1),
-            "c32_cpu_ms_per_request": ratio("median_round_cpu_ms_per_request", 32),
-            "c32_rps": ratio("median_round_rps", 32),
+            "c1_p50": medians("median_round_p50_ms", 1),
+            "c32_cpu_ms_per_request": medians("median_round_cpu_ms_per_request", 32),
+            "c32_rps": medians("median_round_rps", 32),
             "per_round": {"c1_p50": paired("p50_ms", 1), "c32_cpu_ms_per_request": paired(CPU, 32),
                           "c32_rps": paired("rps", 32)},
         },
@@ -154,9 +155,9 @@ def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: in
             "knowledge base": f"{kb['id']} (sections 2 and 8: SciFact, one chunk per abstract), TENANT+SUBJECT "
                               "filters, topK 10",
             "off": "[access_log] enabled = false",
-            "on": f"[access_log] enabled = true, index {PREFIX} (defaults: daily indices on the same node, batches "
+            "on": f"[access_log] enabled = true, index {RECORDS} (defaults: daily indices on the same node, batches "
                   "of 500 every second, on_sink_failure refuse)",
-            "load": "harness/loadgen.py in its own process: concurrency 1, 300 requests (30 warm-up) per round; "
+            "load": f"harness/loadgen.py in its own process: concurrency 1, {C1_REQUESTS} requests ({C1_WARMUP} warm-up) per round; "
                     f"concurrency 32, {C32_REQUESTS:,} ({C32_WARMUP} warm-up); rounds off, on then on, off, ...; "
                     "service CPU from /proc over each run, warm-up included (the record's writes happen in the "
                     "same process, so their CPU is in it)",

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from bench import scifact
+from bench.common import PREFIX
 from harness import calls
 
-MAIN = {"id": "scifact", "name": "SciFact", "versions": ["1"], "alias": "bench-scifact",
+MAIN = {"id": "scifact", "name": "SciFact", "versions": ["1"], "alias": f"{PREFIX}-scifact",
         "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 10, "secret_ref": "BENCH_SECRET", "apps": ["bench"]}
 
 

@@ -1,9 +1,12 @@
 """What every benchmark section needs: the machine's description, percentiles, results files, and the real
-processes (OpenSearch via scripts/opensearch-local, the provider via `es-provider serve`, the load generator)."""
+processes (OpenSearch via scripts/opensearch-local, the provider via `es-provider serve`, the load generator); and
+the smoke run's switch (BENCH_SMOKE=1: every section at a tiny size, measuring nothing, as `make test` runs them)."""
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import os
 import platform
 import re
@@ -14,10 +17,10 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from harness.served import Served, cpu_seconds, free_port, run_loadgen, wait_until_answering  # noqa: F401
 
@@ -28,6 +31,26 @@ DOCS = ROOT / "docs"
 PYTHON = sys.executable
 SECRET = "bench-callback-secret"
 API_KEY = "bench-api-key"
+SMOKE = "BENCH_SMOKE"  # "1": a smoke run (bench/smoke.py), from the process's start (sizes are read at import)
+# Every index the bench makes is named from here (a smoke run: its own, so that it never touches a measuring run's).
+PREFIX = os.environ.get("BENCH_PREFIX") or ("bench-smoke" if os.environ.get(SMOKE) == "1" else "bench")
+T = TypeVar("T")
+
+
+def smoke() -> bool:
+    return os.environ.get(SMOKE) == "1"
+
+
+def sized(full: T, tiny: T) -> T:
+    """`full` in a measuring run, `tiny` in a smoke run (requests, rounds, corpus sizes)."""
+    return tiny if smoke() else full
+
+
+def as_smoke_run(module: str, wanted: bool) -> None:
+    """`--smoke`: index names and sizes are read from the environment when the modules load, so the run starts again
+    as `module` with BENCH_SMOKE=1 set."""
+    if wanted and not smoke():
+        os.execve(PYTHON, [PYTHON, "-m", module, *sys.argv[1:]], {**os.environ, SMOKE: "1"})
 
 
 def machine(opensearch_url: str) -> dict[str, Any]:
@@ -53,6 +76,16 @@ def machine(opensearch_url: str) -> dict[str, Any]:
     }
 
 
+def ratio(a: float, b: float) -> float:
+    """a / b to 3 places; NaN over 0 (a smoke run's tiny load may use less CPU than one clock tick measures)."""
+    return round(a / b, 3) if b else math.nan
+
+
+def per_second(count: int, printed_seconds: str) -> float:
+    """A rate from the seconds `es-provider ingest` prints (tenths: a smoke run's tiny load may print 0.0)."""
+    return count / max(float(printed_seconds), 0.05)
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -73,9 +106,9 @@ def summarise(latencies: list[float], seconds: float, errors: int) -> dict[str, 
     }
 
 
-def write_result(name: str, data: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def write_result(name: str, data: dict[str, Any], folder: Path = RESULTS) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
 
@@ -88,11 +121,33 @@ def start_opensearch() -> str:
 
 
 def cli(*args: str, url: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OPENSEARCH_URL": url}
-    result = subprocess.run([PYTHON, "-m", "es_provider.cli", *args], env=env, capture_output=True, text=True)
+    if smoke():
+        result = _cli_here(list(args), url)
+    else:
+        env = {**os.environ, "OPENSEARCH_URL": url}
+        result = subprocess.run([PYTHON, "-m", "es_provider.cli", *args], env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"es-provider {' '.join(args)} failed:\n{result.stderr[-3000:]}")
     return result
+
+
+def _cli_here(args: list[str], url: str) -> subprocess.CompletedProcess[str]:
+    """`es-provider ARGS` in this process, as a smoke run calls it: a process of its own pays 1.4 s of CPU in imports
+    on the 2-core machine, and a smoke run makes some sixty calls."""
+    from es_provider.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    before = os.environ.get("OPENSEARCH_URL")
+    os.environ["OPENSEARCH_URL"] = url
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            code = main(args)
+    finally:
+        if before is None:
+            os.environ.pop("OPENSEARCH_URL")
+        else:
+            os.environ["OPENSEARCH_URL"] = before
+    return subprocess.CompletedProcess(["es-provider", *args], code, out.getvalue(), err.getvalue())
 
 
 @contextmanager
@@ -119,9 +174,15 @@ def service(config: Path, url: str, *, loop: str = "asyncio", workers: int = 1,
 
 
 def loadgen(spec: dict[str, Any]) -> dict[str, Any]:
-    """Runs harness/loadgen.py in a separate process with `spec`; returns its JSON answer."""
+    """Runs harness/loadgen.py in a separate process with `spec`; returns its JSON answer. (A smoke run drives its
+    few requests from this process: it measures nothing, and a process would cost more than the requests.)"""
     import asyncio
 
+    if smoke():
+        from harness import loadgen as here
+
+        latencies, errors, elapsed = asyncio.run((here.run_direct if spec["mode"] == "direct" else here.run_service)(spec))
+        return {"latencies_ms": latencies, "errors": errors, "elapsed_s": elapsed}
     try:
         return asyncio.run(run_loadgen(spec))
     except RuntimeError as exc:
@@ -144,8 +205,8 @@ def config_text(url: str, knowledge: list[dict[str, Any]], api_knowledge: list[s
 
 # --- one service process per mode, measured side by side (connections, traces) ---
 
-C1_REQUESTS, C1_WARMUP = 300, 30
-C16_REQUESTS, C16_WARMUP = 1600, 150
+C1_REQUESTS, C1_WARMUP = sized((300, 30), (10, 2))
+C16_REQUESTS, C16_WARMUP = sized((1600, 150), (32, 4))
 
 
 def interleaved(services: dict[str, Served], route: str, bodies: list[dict[str, Any]],
@@ -185,7 +246,7 @@ def against(rows: dict[str, list[dict[str, float]]], baseline: str) -> tuple[dic
         if name == baseline:
             continue
         p50 = [round(a["p50_ms"] - b["p50_ms"], 3) for a, b in zip(per, base, strict=True)]
-        cpu = [round(a["service_cpu_ms_per_request"] / b["service_cpu_ms_per_request"], 3)
+        cpu = [ratio(a["service_cpu_ms_per_request"], b["service_cpu_ms_per_request"])
                for a, b in zip(per, base, strict=True)]
         over[name] = {"added_p50_ms": p50, "median_added_p50_ms": round(statistics.median(p50), 3),
                       "cpu_ratio": cpu, "median_cpu_ratio": round(statistics.median(cpu), 3)}

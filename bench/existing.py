@@ -26,15 +26,26 @@ from typing import Any
 
 from bench import relevance, scifact
 from bench.bodies import callback
-from bench.common import SECRET, cli, config_text, loadgen, service, summarise
+from bench.common import (
+    C1_REQUESTS,
+    C1_WARMUP,
+    C16_REQUESTS,
+    C16_WARMUP,
+    PREFIX,
+    SECRET,
+    cli,
+    config_text,
+    loadgen,
+    ratio,
+    service,
+    summarise,
+)
 
-INDEX = "bench-langchain-scifact"
+INDEX = f"{PREFIX}-langchain-scifact"
 KB = {"id": "scifact-langchain", "name": "SciFact (LangChain)", "versions": ["1"], "alias": INDEX,
       "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 10, "secret_ref": "BENCH_SECRET", "apps": ["bench"],
       "schema": "langchain"}
 FIELDS = 'tenant = "metadata.tenant.keyword"\ngroups = "metadata.reader_groups.keyword"\n'
-C1_REQUESTS, C1_WARMUP = 300, 30
-C16_REQUESTS, C16_WARMUP = 1600, 150
 
 
 def build(url: str, data: Path) -> int:
@@ -95,16 +106,16 @@ def _cost(services: dict[str, Any], kbs: dict[str, str], queries: list[str], rou
             print(f"  round {r + 1} {name}: c1 p50 {c1['p50_ms']} ms, {cpu:.3f} ms CPU/request", flush=True)
     own, lang = rows["own schema"], rows["langchain"]
     added = [round(a["p50_ms"] - b["p50_ms"], 3) for a, b in zip(lang, own, strict=True)]
-    ratio = [round(a["service_cpu_ms_per_request"] / b["service_cpu_ms_per_request"], 3)
-             for a, b in zip(lang, own, strict=True)]
+    ratios = [ratio(a["service_cpu_ms_per_request"], b["service_cpu_ms_per_request"])
+              for a, b in zip(lang, own, strict=True)]
     return {"rounds": rows, "added_p50_ms": added, "median_added_p50_ms": round(statistics.median(added), 3),
-            "cpu_ratio": ratio, "median_cpu_ratio": round(statistics.median(ratio), 3)}
+            "cpu_ratio": ratios, "median_cpu_ratio": round(statistics.median(ratios), 3)}
 
 
 def run(work: Path, url: str, data: Path, main: dict[str, Any], rounds: int) -> dict[str, Any]:
     documents = build(url, data)
     test_queries, test_qrels = scifact.test_queries(data)
-    train_queries, train_qrels = relevance.judged("scifact", "train")
+    train_queries, train_qrels = relevance.judged(data.parent, "scifact", "train")
     config = _config(work, url, main)
     direct10 = asyncio.run(_direct(url, test_queries, 10))
     direct100 = asyncio.run(_direct(url, test_queries, 100))

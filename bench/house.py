@@ -1,18 +1,21 @@
 """The house (issue 38) against the hot path: the service's CPU per request before and after the restructuring,
 side by side in one run.
 
-    python -m bench.house [--before REV] [--rounds N] [--data PATH] [--result NAME]
+    python -m bench.house [--before REV] [--rounds N] [--data PATH] [--result NAME] [--url URL] [--results DIR]
+    python -m bench.house --smoke [--url URL] [--results DIR]
 
 Both checkouts serve the same config from the same virtualenv on the same node (REV in a git worktree of its own;
 `python -m` runs the checkout it starts in). Rounds interleave (before, after, after, before, …); each measures a
 SparkTide callback and a Dify retrieval at concurrency 32 (2,400 requests after 200 of warm-up) and reads the serving
 process's CPU from /proc. Writes bench/results/house.json (or NAME.json) and prints every round. Also: traces off
-against the build before the tracing code (`--before 2dd8611^ --result traces-off`, issue 41).
+against the build before the tracing code (`--before 2dd8611^ --result traces-off`, issue 41). A smoke run
+(`make test`) compares this checkout with itself, at a tiny size on made-up data: no old revision, no worktree.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import subprocess
 import tempfile
@@ -22,11 +25,25 @@ from typing import Any
 
 from bench import scifact
 from bench.bodies import MAIN, callback
-from bench.common import API_KEY, ROOT, SECRET, cli, config_text, loadgen, machine, start_opensearch, write_result
+from bench.common import (
+    API_KEY,
+    RESULTS,
+    ROOT,
+    SECRET,
+    as_smoke_run,
+    cli,
+    config_text,
+    loadgen,
+    machine,
+    sized,
+    smoke,
+    start_opensearch,
+    write_result,
+)
 from harness.served import Served
 
 BEFORE = "618e8e81aa52c0b8f4d760429ad784dbb4b379fa"  # main before issue 38's rooms and adapters
-REQUESTS, WARMUP, CONCURRENCY = 2400, 200, 32
+REQUESTS, WARMUP, CONCURRENCY = *sized((2400, 200), (32, 4)), 32
 
 
 def _serve(config: Path, url: str, checkout: Path, log: Path) -> Any:
@@ -47,7 +64,8 @@ def summary(rounds: dict[str, dict[str, list[dict[str, float]]]]) -> dict[str, A
     """Per workload: the after/before ratio of each round (the two ran back to back) and their median."""
     out: dict[str, Any] = {}
     for workload, sides in rounds.items():
-        ratios = [a["cpu_ms_per_request"] / b["cpu_ms_per_request"]
+        # A smoke run's tiny load may read no CPU at all: NaN then, not a division by zero.
+        ratios = [a["cpu_ms_per_request"] / b["cpu_ms_per_request"] if b["cpu_ms_per_request"] else math.nan
                   for a, b in zip(sides["after"], sides["before"], strict=True)]
         out[workload] = {"cpu_ratio_after_over_before_per_round": [round(r, 3) for r in ratios],
                          "cpu_ratio_median": round(statistics.median(ratios), 3)}
@@ -60,12 +78,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--data", type=Path, default=scifact.DEFAULT_DATA)
     parser.add_argument("--result", default="house", help="bench/results/<RESULT>.json")
+    parser.add_argument("--url", help="the engine node to use (default: scripts/opensearch-local starts one)")
+    parser.add_argument("--results", type=Path, help="where <RESULT>.json goes (default bench/results)")
+    parser.add_argument("--smoke", action="store_true", help="this checkout against itself, one tiny round on "
+                        "made-up data (bench/smoke.py), into a new temporary folder unless --results")
     args = parser.parse_args()
-    url = start_opensearch()
+    as_smoke_run("bench.house", args.smoke)
     work = Path(tempfile.mkdtemp(prefix="es-provider-house-"))
-    old = work / "before"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old), args.before], check=True,
-                   capture_output=True)
+    folder = args.results or (work / "results" if smoke() else RESULTS)
+    if smoke():
+        from bench import smoke as tiny
+
+        args.data, args.rounds, args.before = tiny.write_sets(work / "data"), 1, "HEAD (this checkout: a smoke run)"
+    url = args.url.rstrip("/") if args.url else start_opensearch()
+    old = ROOT if smoke() else work / "before"
+    if old != ROOT:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old), args.before], check=True,
+                       capture_output=True)
     try:
         config = work / "config.toml"
         config.write_text(config_text(url, [MAIN], ["scifact"]))
@@ -100,9 +129,10 @@ def main() -> None:
         for workload in rounds:
             print(f"{workload}: after/before CPU per request, per round "
                   f"{out[workload]['cpu_ratio_after_over_before_per_round']}, median {out[workload]['cpu_ratio_median']}")
-        write_result(args.result, out)
+        write_result(args.result, out, folder)
     finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], capture_output=True)
+        if old != ROOT:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], capture_output=True)
 
 
 if __name__ == "__main__":

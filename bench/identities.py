@@ -36,15 +36,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.bodies import callback
-from bench.common import ROOT, SECRET, cli, config_text, loadgen, service, summarise
+from bench.common import PREFIX, ROOT, SECRET, cli, config_text, loadgen, ratio, service, sized, summarise
 
-INDEX = "bench-identities"  # the principal store's own index (not the default one other runs may use)
+INDEX = f"{PREFIX}-identities"  # the principal store's own index (not the default one other runs may use)
 POLL_S = 0.5  # [directory] poll_interval_s (the default)
-WARM = [f"idn-warm-{i:03d}" for i in range(200)]
-COLD = [f"idn-cold-{i:04d}" for i in range(5000)]
+WARM = [f"idn-warm-{i:03d}" for i in range(sized(200, 4))]
+COLD = [f"idn-cold-{i:04d}" for i in range(sized(5000, 12))]
 TEAMS = [f"team-{j:02d}" for j in range(40)]
-C32_REQUESTS, C32_WARMUP = 1600, 150  # per round at concurrency 32 (section 8: 2,400 and 200)
-COLD_PER_ROUND = 600  # subjects the store process has not seen, each asked once, per round
+C32_REQUESTS, C32_WARMUP = sized((1600, 150), (32, 4))  # per round at concurrency 32 (section 8: 2,400 and 200)
+C1_REQUESTS, C1_WARMUP = sized((300, 30), (10, 2))
+COLD_PER_ROUND = sized(600, 12)  # subjects the store process has not seen, each asked once, per round
 READERS = "bench-readers"
 CPU = "service_cpu_ms_per_request"  # the group the knowledge base's documents are readable by (bench/scifact.py)
 
@@ -185,7 +186,7 @@ def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: in
                     bodies, requests, warmup = cold_rounds[r], len(cold_rounds[r]) - 10, 10
                 else:
                     bodies = warm
-                    requests, warmup = (C32_REQUESTS, C32_WARMUP) if concurrency == 32 else (300, 30)
+                    requests, warmup = (C32_REQUESTS, C32_WARMUP) if concurrency == 32 else (C1_REQUESTS, C1_WARMUP)
                 row = runs.setdefault(label, {"lat": [], "sec": 0.0, "err": 0, "rounds": []})
                 one = measured_round(svc, route, bodies, concurrency, requests, warmup, row)
                 print(f"  round {r + 1} {label}: p50 {one['p50_ms']} ms, {one['rps']} rps, "
@@ -210,10 +211,10 @@ def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: in
         again = summarise(answer["latencies_ms"], answer["elapsed_s"], answer["errors"])
         logged = {mode: warnings(svc.logs()) for mode, svc in services.items()}
 
-    ratio = lambda key, c: round(out[f"store c{c}"][key] / out[f"file c{c}"][key], 3)  # noqa: E731
+    medians = lambda key, c: ratio(out[f"store c{c}"][key], out[f"file c{c}"][key])  # noqa: E731
 
     def paired(key: str, c: int) -> list[float]:  # store / file within each round
-        return [round(s[key] / f[key], 3) for s, f in zip(out[f"store c{c}"]["rounds"], out[f"file c{c}"]["rounds"],
+        return [ratio(s[key], f[key]) for s, f in zip(out[f"store c{c}"]["rounds"], out[f"file c{c}"]["rounds"],
                                                           strict=True)]
 
     miss = out["store c1, every subject new"]
@@ -226,9 +227,9 @@ def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: in
         "store_users": len(groups),
         "modes": out,
         "store_over_file": {
-            "c1_p50": ratio("median_round_p50_ms", 1),
-            "c32_cpu_ms_per_request": ratio("median_round_cpu_ms_per_request", 32),
-            "c32_rps": ratio("median_round_rps", 32),
+            "c1_p50": medians("median_round_p50_ms", 1),
+            "c32_cpu_ms_per_request": medians("median_round_cpu_ms_per_request", 32),
+            "c32_rps": medians("median_round_rps", 32),
             "per_round": {"c1_p50": paired("p50_ms", 1), "c1_cpu_ms_per_request": paired(CPU, 1),
                           "c32_cpu_ms_per_request": paired(CPU, 32), "c32_rps": paired("rps", 32)},
         },
@@ -258,7 +259,7 @@ def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: in
                         f"seen, each asked once (of {len(COLD):,} in the store)",
             "groups": f"every user in {READERS} ({sizes[READERS]:,} members) and 2 of {len(TEAMS)} teams "
                       f"({min(sizes[t] for t in TEAMS)}-{max(sizes[t] for t in TEAMS)} members each)",
-            "load": "harness/loadgen.py in its own process: concurrency 1, 300 requests (30 warm-up) per round; "
+            "load": f"harness/loadgen.py in its own process: concurrency 1, {C1_REQUESTS} requests ({C1_WARMUP} warm-up) per round; "
                     f"concurrency 32, {C32_REQUESTS:,} ({C32_WARMUP} warm-up); rounds file, store then store, file, "
                     "...; service CPU from /proc over each run, warm-up included",
         },

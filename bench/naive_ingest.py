@@ -12,9 +12,10 @@ from typing import Any
 
 from opensearchpy import OpenSearch, helpers
 
+from bench.common import PREFIX
 from es_provider.ingest.admin import load_index_body
 
-INDEX = "bench-naive-ingest"
+INDEX = f"{PREFIX}-naive-ingest"
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from aiohttp import ClientSession
 
 from bench import scifact
-from bench.common import API_KEY, cli, config_text, service
+from bench.common import API_KEY, PREFIX, cli, config_text, service
 
 DATA = scifact.DEFAULT_DATA.parent
 SETS = {  # name: (folder, test split, question limit)
@@ -39,23 +39,24 @@ TARGETS = {"bm25_vs_whole": 0.0, "ece": 0.10, "precision_at_05": 0.5, "top1_at_0
 
 
 def _kb(kb_id: str, **extra: Any) -> dict[str, Any]:
-    return {"id": kb_id, "name": kb_id, "versions": ["1"], "alias": f"bench-rel-{kb_id}",
+    return {"id": kb_id, "name": kb_id, "versions": ["1"], "alias": f"{PREFIX}-rel-{kb_id}",
             "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 10, "secret_ref": "BENCH_SECRET", "apps": ["bench"],
             **extra}
 
 
-def judged(folder: str, split: str, limit: int | None = None) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+def judged(data: Path, folder: str, split: str,
+           limit: int | None = None) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
     from es_provider.offline.calibrate import load_judgments
 
-    texts, qrels = load_judgments(DATA / folder / "queries.jsonl", DATA / folder / "qrels" / f"{split}.tsv")
+    texts, qrels = load_judgments(data / folder / "queries.jsonl", data / folder / "qrels" / f"{split}.tsv")
     chosen = list(qrels)[:limit] if limit else list(qrels)
     return {q: texts[q] for q in chosen}, {q: qrels[q] for q in chosen}
 
 
-def write_records(folder: str, out: Path, keep: set[str] | None = None) -> Path:
+def write_records(data: Path, folder: str, out: Path, keep: set[str] | None = None) -> Path:
     """BEIR corpus → ingest records (tenant bench, group bench-readers), optionally only the documents in `keep`."""
     full = out.with_suffix(".all.jsonl")
-    scifact.write_records(DATA / folder, full)
+    scifact.write_records(data / folder, full)
     with full.open(encoding="utf-8") as source, out.open("w", encoding="utf-8") as target:
         for line in source:
             if keep is None or json.loads(line)["document_id"] in keep:
@@ -200,14 +201,14 @@ VARIANTS = (  # (label, chunk size, context clause, one chunk per document, cont
 )
 
 
-def engine_side(url: str, name: str, records: Path, queries: dict[str, str],
-                qrels: dict[str, dict[str, int]]) -> dict[str, Any]:
-    index = f"bench-rel-direct-{name}"
+def engine_side(url: str, name: str, records: Path, queries: dict[str, str], qrels: dict[str, dict[str, int]],
+                data: Path) -> dict[str, Any]:
+    index = f"{PREFIX}-rel-direct-{name}"
     asyncio.run(_load_index(url, index, records, 16384))
     answers = asyncio.run(engine_answers(url, index, queries, _plain_body))
     out: dict[str, Any] = {"whole_documents": measure(answers, answers, qrels), "alternatives": []}
     if name == "time":  # its test half too: the queries nothing was chosen on
-        held = time_half(0)[1]
+        held = time_half(data, 0)[1]
         mine = {q: a for q, a in answers.items() if q in held}
         out["whole_documents_test_half"] = measure(mine, mine, held)
     for size, neighbours in sorted({(v[1], v[4]) for v in VARIANTS}):
@@ -220,7 +221,7 @@ def engine_side(url: str, name: str, records: Path, queries: dict[str, str],
             row = {"variant": label, "chunks": chunks, **measure(answers, answers, qrels)}
             if name == "time":
                 for half, part in (("train_half", 1), ("test_half", 0)):
-                    judged_half = time_half(part)[1]
+                    judged_half = time_half(data, part)[1]
                     mine = {q: a for q, a in answers.items() if q in judged_half}
                     row[half] = measure(mine, mine, judged_half)["ndcg_at_10"]
             out["alternatives"].append(row)
@@ -258,9 +259,9 @@ def calibration_table(answers: dict[str, list[tuple[str, float | None]]],
     }
 
 
-def time_half(part: int) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+def time_half(data: Path, part: int) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
     """TIME's train half (odd query ids, part 1) or its test half (even ids, part 0)."""
-    queries, qrels = judged("time_magazine", "test")
+    queries, qrels = judged(data, "time_magazine", "test")
     return ({q: t for q, t in queries.items() if int(q) % 2 == part},
             {q: g for q, g in qrels.items() if int(q) % 2 == part})
 
@@ -292,14 +293,15 @@ def _ingest(config: Path, url: str, kb_id: str, records: Path) -> dict[str, Any]
     return {"kb": kb_id, "ingest": line.splitlines()[-1]}
 
 
-def run(work: Path, url: str) -> dict[str, Any]:
-    records = {name: write_records(folder, work / f"rel-{name}.jsonl") for name, (folder, _, _) in SETS.items()}
-    drcd_queries, drcd_qrels = judged("drcd", "test", 1000)
+def run(work: Path, url: str, data: Path = DATA) -> dict[str, Any]:
+    """`data`: the folder of the three sets (scifact/, time_magazine/, drcd/)."""
+    records = {name: write_records(data, folder, work / f"rel-{name}.jsonl") for name, (folder, _, _) in SETS.items()}
+    drcd_queries, drcd_qrels = judged(data, "drcd", "test", 1000)
     # The Chinese vector set: the 1,000 DRCD test passages (the corpus's first half) and the first 1,000 test
     # questions, all of whose passages are among them; about 20 minutes to embed here, once.
-    with (DATA / "drcd" / "corpus.jsonl").open(encoding="utf-8") as corpus:
+    with (data / "drcd" / "corpus.jsonl").open(encoding="utf-8") as corpus:
         test_passages = {json.loads(line)["_id"] for _, line in zip(range(1000), corpus, strict=False)}
-    chinese = write_records("drcd", work / "rel-drcd-vectors.jsonl", keep=test_passages)
+    chinese = write_records(data, "drcd", work / "rel-drcd-vectors.jsonl", keep=test_passages)
     bm25_bases = [_kb(name) for name in SETS]
     vector_bases = [_kb("scifact-hybrid", retrieval="hybrid", embedder="e5"),
                     _kb("drcd-hybrid", retrieval="hybrid", embedder="e5")]
@@ -317,26 +319,27 @@ def run(work: Path, url: str) -> dict[str, Any]:
     # Fit BM25 on SciFact train, DRCD dev (weight 2: Chinese counts as much as English) and TIME's train half (odd
     # query ids: its only judged queries with several relevant documents each); vector and hybrid on SciFact train
     # (the set with embeddings). The service then runs with exactly the printed parameters.
-    fitted = calibrate(config, url, [("scifact-hybrid", *judged("scifact", "train"), 1.0),
-                                     ("drcd", *judged("drcd", "dev"), 2.0), ("time", *time_half(1), 1.0)], work)
+    fitted = calibrate(config, url, [("scifact-hybrid", *judged(data, "scifact", "train"), 1.0),
+                                     ("drcd", *judged(data, "drcd", "dev"), 2.0), ("time", *time_half(data, 1), 1.0)],
+                       work)
     out["calibration_fitted"] = fitted
     config.write_text(base_text + "\n" + fitted, encoding="utf-8")
 
     with service(config, url) as svc:
         for name, (folder, split, limit) in SETS.items():
-            queries, qrels = judged(folder, split, limit)
+            queries, qrels = judged(data, folder, split, limit)
             print(f"  {name}: {len(queries)} queries", flush=True)
-            engine = engine_side(url, name, records[name], queries, qrels)
+            engine = engine_side(url, name, records[name], queries, qrels, data)
             ours, top10 = service_quality(svc.base, name, queries, qrels)
             out["sets"][name] = {**engine, "service_default": ours, "calibration_bm25": calibration_table(top10, qrels)}
             if name == "time":  # its test half: the queries nothing was chosen or fitted on
-                held = time_half(0)[1]
+                held = time_half(data, 0)[1]
                 mine = {q: a for q, a in top10.items() if q in held}
                 out["sets"][name]["calibration_bm25_test_half"] = calibration_table(mine, held)
                 out["sets"][name]["service_default_test_half"] = measure(mine, mine, held)
             print(f"    whole documents {engine['whole_documents']}; service {ours}", flush=True)
         for name, kb_id, (queries, qrels) in (
-                ("scifact", "scifact-hybrid", judged("scifact", "test")),
+                ("scifact", "scifact-hybrid", judged(data, "scifact", "test")),
                 ("drcd", "drcd-hybrid", (drcd_queries, drcd_qrels))):
             modes = {}
             for mode in MODES:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -91,8 +92,9 @@ def _derived(name: str, found: dict[str, Any]) -> dict[str, Any]:
     """What a section after 6 states beyond its result's own figures."""
     if name == "workers":
         floors = {label: row for label, row in found.items() if label.startswith("floor")}
-        cheapest = min((row["service_cpu_ms_per_request"] for row in floors.values()), default=None)
-        return {"floors": floors, "cheapest_floor": cheapest}
+        cheapest = min((row["service_cpu_ms_per_request"] for row in floors.values()), default=0.0)
+        one = found.get("workers 1 c32", {}).get("service_cpu_ms_per_request", math.nan)
+        return {"floors": floors, "over_floor": one / cheapest if cheapest else math.nan}  # a smoke run's may read 0
     if name == "engines":
         return {"worst": max([0.0, *(abs(v) for row in found["engines"].values()
                                      for v in row["ndcg_difference_to_opensearch"].values())])}

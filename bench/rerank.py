@@ -28,7 +28,17 @@ from typing import Any
 
 from aiohttp import ClientSession
 
-from bench.common import API_KEY, PYTHON, ROOT, config_text, cpu_seconds, free_port, service, wait_until_answering
+from bench.common import (
+    API_KEY,
+    PYTHON,
+    ROOT,
+    config_text,
+    cpu_seconds,
+    free_port,
+    service,
+    sized,
+    wait_until_answering,
+)
 from bench.relevance import (
     _ingest,
     _kb,
@@ -42,7 +52,7 @@ from bench.relevance import (
 )
 
 SETS = {"scifact": "scifact", "time": "time_magazine", "drcd": "drcd"}
-CHOICES = (10, 20, 30, 40)
+CHOICES = sized((10, 20, 30, 40), (10,))
 TUNING = (("scifact", "scifact", "train", None), ("drcd", "drcd", "dev", 1000))
 
 
@@ -91,8 +101,9 @@ async def _timed(base: str, kb_id: str, queries: list[str]) -> list[float]:
     return out
 
 
-def run(work: Path, url: str, rounds: int) -> dict[str, Any]:
-    records = {name: write_records(folder, work / f"rr-{name}.jsonl") for name, folder in SETS.items()}
+def run(work: Path, url: str, data: Path, rounds: int) -> dict[str, Any]:
+    """`data`: the folder of the three sets (scifact/, time_magazine/, drcd/)."""
+    records = {name: write_records(data, folder, work / f"rr-{name}.jsonl") for name, folder in SETS.items()}
     kbs = [_kb(f"rr-{name}") for name in SETS]
     ids = [kb["id"] for kb in kbs]
     plain = config_text(url, kbs, ids)
@@ -110,7 +121,7 @@ def run(work: Path, url: str, rounds: int) -> dict[str, Any]:
             with service(config, url) as svc:
                 scores = {}
                 for name, folder, split, limit in TUNING:
-                    queries, qrels = judged(folder, split, limit)
+                    queries, qrels = judged(data, folder, split, limit)
                     top10 = asyncio.run(through_service(svc.base, f"rr-{name}", queries, None, 10))
                     scores[name] = round(measure(top10, top10, qrels)["ndcg_at_10"], 4)
             out["choice"][candidates] = scores
@@ -119,8 +130,8 @@ def run(work: Path, url: str, rounds: int) -> dict[str, Any]:
         out["candidates"] = chosen
 
         # The rerank calibration, on the same sets as the BM25 default.
-        sets = [("scifact", *judged("scifact", "train"), 1.0), ("drcd", *judged("drcd", "dev"), 2.0),
-                ("time", *time_half(1), 1.0)]
+        sets = [("scifact", *judged(data, "scifact", "train"), 1.0), ("drcd", *judged(data, "drcd", "dev"), 2.0),
+                ("time", *time_half(data, 1), 1.0)]
         config.write_text(plain + rerank_toml(rerank_url, ids, chosen), encoding="utf-8")
         fitted = calibrate(config, url, [(f"rr-{name}", q, r, w) for name, q, r, w in sets], work)
         rerank_section = fitted[fitted.index("[scoring.rerank]"):]
@@ -128,8 +139,8 @@ def run(work: Path, url: str, rounds: int) -> dict[str, Any]:
         reranked = work / "rerank-on.toml"
         reranked.write_text(plain + rerank_toml(rerank_url, ids, chosen) + "\n" + rerank_section, encoding="utf-8")
 
-        tests = {"scifact": judged("scifact", "test"), "time": judged("time_magazine", "test"),
-                 "time (test half)": time_half(0), "drcd": judged("drcd", "test")}
+        tests = {"scifact": judged(data, "scifact", "test"), "time": judged(data, "time_magazine", "test"),
+                 "time (test half)": time_half(data, 0), "drcd": judged(data, "drcd", "test")}
         with service(off, url) as without, service(reranked, url) as with_stage:
             for label, (queries, qrels) in tests.items():
                 kb_id = f"rr-{label.split()[0]}"
@@ -141,7 +152,7 @@ def run(work: Path, url: str, rounds: int) -> dict[str, Any]:
                 out["sets"][label] = row
                 print(f"    {label}: without {row['without']['ndcg_at_10']}, with {row['with']['ndcg_at_10']}",
                       flush=True)
-            out["latency"] = _latency(without, with_stage, rerank_pid, list(judged("scifact", "test")[0].values()),
+            out["latency"] = _latency(without, with_stage, rerank_pid, list(judged(data, "scifact", "test")[0].values()),
                                       rounds)
     return out
 

@@ -1,6 +1,14 @@
 """Runs every benchmark on this machine in one go and writes bench/results/*.json and docs/benchmarks.md.
 
-    python -m bench.run [--data PATH] [--sections ingest,quality,latency,acl]
+    python -m bench.run [--data PATH] [--sections ingest,quality,latency,acl] [--url URL] [--results DIR]
+    python -m bench.run --smoke [--url URL] [--results DIR] [--sections ...]
+
+A smoke run (`make test` runs one: tests/integration/test_bench_smoke.py) takes every section at a tiny size on
+made-up data (bench/smoke.py), into a new temporary folder, never bench/results: it shows that each section runs and
+writes its result's shape, and measures nothing. To fit in a minute or two it calls the CLI and the load generator
+in its own process, starts no Elasticsearch node (section 10 runs on its OpenSearch node alone), sends traces to a
+stand-in collector instead of a Jaeger, and without py-spy leaves section 13's sampled table out. Its indices are
+named from BENCH_PREFIX (default bench-smoke; a measuring run's, bench).
 
 1. ingest   SciFact through `es-provider ingest` vs a naive `helpers.bulk` loader, alternating A B A B.
 2. quality  nDCG@10 over the 300 SciFact test queries through the SparkTide route (HTTP, real credentials,
@@ -51,14 +59,20 @@ from typing import Any
 from bench import scifact
 from bench.bodies import MAIN, callback, search_body
 from bench.common import (
+    PREFIX,
     PYTHON,
+    RESULTS,
     ROOT,
     SECRET,
+    as_smoke_run,
     cli,
     config_text,
     loadgen,
     machine,
+    per_second,
     service,
+    sized,
+    smoke,
     start_opensearch,
     summarise,
     write_result,
@@ -66,8 +80,8 @@ from bench.common import (
 from bench.measure import latency, quality
 
 CHUNK_SIZE = 16384  # one chunk per SciFact abstract, as BEIR indexes whole documents
-ACL = {**MAIN, "id": "scifact-acl", "alias": "bench-scifact-acl"}
-ACL_OPEN = {**MAIN, "id": "scifact-acl-open", "alias": "bench-scifact-acl", "mandatory_filters": []}
+ACL = {**MAIN, "id": "scifact-acl", "alias": f"{PREFIX}-scifact-acl"}
+ACL_OPEN = {**MAIN, "id": "scifact-acl-open", "alias": f"{PREFIX}-scifact-acl", "mandatory_filters": []}
 ACL_GROUPS = [f"group-{i:03d}" for i in range(40)]
 
 
@@ -84,7 +98,7 @@ def ingest_rate(config: Path, records: Path, url: str, rounds: int) -> dict[str,
         match = re.search(r"(\d+) chunks in ([\d.]+) s", result.stdout)
         assert match, result.stdout
         chunks = int(match.group(1))
-        ours.append(chunks / float(match.group(2)))
+        ours.append(per_second(chunks, match.group(2)))
         answer = subprocess.run([PYTHON, "-m", "bench.naive_ingest", url, str(records)], capture_output=True,
                                 text=True, cwd=ROOT, check=True)
         naive.append(json.loads(answer.stdout)["chunks_per_s"])
@@ -137,7 +151,7 @@ def acl_cost(base: str, url: str, queries: list[str], rounds: int, requests: int
     collected: dict[str, dict[str, Any]] = {name: {"lat": [], "sec": 0.0, "err": 0} for name in variants}
     for _ in range(rounds):
         for name, spec in variants.items():  # on, off, on, off: interleaved
-            answer = loadgen({**spec, "concurrency": 1, "requests": requests, "warmup": 30})
+            answer = loadgen({**spec, "concurrency": 1, "requests": requests, "warmup": sized(30, 2)})
             collected[name]["lat"].extend(answer["latencies_ms"])
             collected[name]["sec"] += answer["elapsed_s"]
             collected[name]["err"] += answer["errors"]
@@ -165,15 +179,31 @@ def main() -> None:
     parser.add_argument("--sections", default="ingest,quality,latency,acl,semantic,relevance,hotpath,workers,scale,engines,"
                         "identities,access,stages,rerank,connections,existing,traces")
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds per measurement")
+    parser.add_argument("--url", help="the engine node to use (default: scripts/opensearch-local starts one)")
+    parser.add_argument("--results", type=Path, help="where the results go (default bench/results, and the page "
+                        "docs/benchmarks.md; elsewhere, the page goes beside them)")
+    parser.add_argument("--smoke", action="store_true", help="every section at a tiny size on made-up data "
+                        "(bench/smoke.py), into a new temporary folder unless --results: it runs, it measures nothing")
     args = parser.parse_args()
+    as_smoke_run("bench.run", args.smoke)
     sections = set(args.sections.split(","))
+    work = Path(tempfile.mkdtemp(prefix="es-provider-bench-"))
+    if smoke():
+        from bench import smoke as tiny
+
+        args.data = tiny.write_sets(work / "data")
+    folder = args.results or (work / "results" if smoke() else RESULTS)
+    if smoke() and folder.resolve() == RESULTS.resolve():
+        raise SystemExit("a smoke run never writes bench/results: give --results another folder")
     scifact.check(args.data)
     started = time.monotonic()
 
-    url = start_opensearch()
+    def rounds(least: int, more: int) -> int:  # a section's rounds: at least `least`, or --rounds + `more`
+        return sized(max(least, args.rounds + more), 1)
+
+    url = args.url.rstrip("/") if args.url else start_opensearch()
     info = machine(url)
     print(f"OpenSearch {info['opensearch']} at {url}; {info['cores']} cores, {info['memory_gib']} GiB", flush=True)
-    work = Path(tempfile.mkdtemp(prefix="es-provider-bench-"))
     config = work / "config.toml"
     config.write_text(config_text(url, [MAIN, ACL, ACL_OPEN], ["scifact"]) + f'"acl-user" = {json.dumps(ACL_GROUPS)}\n')
     records = work / "scifact.jsonl"
@@ -182,10 +212,13 @@ def main() -> None:
     queries, qrels = scifact.test_queries(args.data)
     results: dict[str, Any] = {"machine": info}
 
+    def keep(name: str) -> None:
+        write_result(name, {"machine": info, **results[name]}, folder)
+
     print("1/6 ingest rate", flush=True)
     if "ingest" in sections:
-        results["ingest"] = ingest_rate(config, records, url, rounds=max(2, args.rounds + 1))
-        write_result("ingest", {"machine": info, **results["ingest"]})
+        results["ingest"] = ingest_rate(config, records, url, rounds=rounds(2, 1))
+        keep("ingest")
     else:
         ingest_rate(config, records, url, rounds=1)
 
@@ -193,16 +226,16 @@ def main() -> None:
         if "quality" in sections:
             print("2/6 quality", flush=True)
             results["quality"] = asyncio.run(quality(svc.base, queries, qrels))
-            write_result("quality", {"machine": info, **results["quality"]})
+            keep("quality")
         if "latency" in sections:
             print("3/6 latency", flush=True)
-            levels = [(1, 300, 30), (8, 1200, 100), (32, 2400, 200)]
-            results["latency"] = latency(svc, url, list(queries.values()), levels, args.rounds, "asyncio loop")
+            levels = sized([(1, 300, 30), (8, 1200, 100), (32, 2400, 200)], [(1, 10, 2), (32, 32, 2)])
+            results["latency"] = latency(svc, url, list(queries.values()), levels, rounds(1, 0), "asyncio loop")
     if "latency" in sections:
         with service(config, url, loop="uvloop") as svc:
             print("3/6 latency (uvloop, for comparison)", flush=True)
-            levels = [(1, 300, 30), (32, 2400, 200)]
-            results["latency"]["uvloop"] = latency(svc, url, list(queries.values()), levels, args.rounds,
+            levels = sized([(1, 300, 30), (32, 2400, 200)], [(32, 32, 2)])
+            results["latency"]["uvloop"] = latency(svc, url, list(queries.values()), levels, rounds(1, 0),
                                                    "uvloop")["levels"]
         results["latency"]["settings"] = {
             "service": "es-provider serve (standard asyncio loop), orjson, access log off, default config",
@@ -210,7 +243,7 @@ def main() -> None:
             "load generator": "harness/loadgen.py in its own process, aiohttp client, keep-alive",
             "queries": "the 300 SciFact test queries, cycled; TENANT+SUBJECT filters on",
         }
-        write_result("latency", {"machine": info, **results["latency"]})
+        keep("latency")
 
     if "acl" in sections:
         print("4/6 permission cost", flush=True)
@@ -221,61 +254,60 @@ def main() -> None:
         cli("ingest", "--config", str(config), "--kb", "scifact-acl", "--chunk-size", str(CHUNK_SIZE), str(acl_file),
             url=url)
         with service(config, url) as svc:
-            results["acl"] = acl_cost(svc.base, url, list(queries.values()), args.rounds, 300)
-        write_result("acl", {"machine": info, **results["acl"]})
+            results["acl"] = acl_cost(svc.base, url, list(queries.values()), rounds(1, 0), sized(300, 10))
+        keep("acl")
 
     if "semantic" in sections:
         print("5/6 semantic: bm25, vector, hybrid", flush=True)
         from bench import semantic
 
-        results["semantic"] = semantic.run(work, records, url, queries, qrels, args.rounds)
-        write_result("semantic", {"machine": info, **results["semantic"]})
+        results["semantic"] = semantic.run(work, records, url, queries, qrels, rounds(1, 0))
+        keep("semantic")
 
     if "relevance" in sections:
         print("6/6 relevance: default ingest vs whole documents, vector and hybrid, calibration", flush=True)
         from bench import relevance
 
-        results["relevance"] = relevance.run(work, url)
-        write_result("relevance", {"machine": info, **results["relevance"]})
+        results["relevance"] = relevance.run(work, url, args.data.parent)
+        keep("relevance")
 
     if sections & {"hotpath", "workers", "scale"}:
         from bench import hotpath
     if "hotpath" in sections:
         print("7/9 ingest against the best raw bulk load; mapping variants", flush=True)
         results["hotpath"] = hotpath.ingest_and_mapping(work, url, config_for_hotpath(work, url), records_default,
-                                                        queries, qrels, rounds=max(5, args.rounds + 3))
-        results["hotpath"]["embedding"] = hotpath.embedding_rates(records, rounds=2)
-        write_result("hotpath", {"machine": info, **results["hotpath"]})
+                                                        queries, qrels, rounds=rounds(5, 3))
+        results["hotpath"]["embedding"] = hotpath.embedding_rates(records, rounds=sized(2, 1))
+        keep("hotpath")
     if "workers" in sections:
         print("8/9 workers 1 vs 2; replay store engine vs memory", flush=True)
-        results["workers"] = hotpath.workers_and_replays(work, url, MAIN, list(queries.values()),
-                                                       max(3, args.rounds + 1))
-        write_result("workers", {"machine": info, **results["workers"]})
+        results["workers"] = hotpath.workers_and_replays(work, url, MAIN, list(queries.values()), rounds(3, 1))
+        keep("workers")
     if "scale" in sections:
         print("9/9 latency at 5k, 50k, 500k chunks", flush=True)
-        results["scale"] = hotpath.scale(work, url, records, list(queries.values()), args.rounds)
-        write_result("scale", {"machine": info, **results["scale"]})
+        results["scale"] = hotpath.scale(work, url, records, list(queries.values()), rounds(1, 0))
+        keep("scale")
 
     if "engines" in sections:
         print("10/10 OpenSearch, Elasticsearch 8 and 9 side by side", flush=True)
         from bench import engines
 
-        results["engines"] = engines.run(work, url, MAIN, records, queries, qrels, args.rounds, CHUNK_SIZE)
-        write_result("engines", {"machine": info, **results["engines"]})
+        results["engines"] = engines.run(work, url, MAIN, records, queries, qrels, rounds(1, 0), CHUNK_SIZE)
+        keep("engines")
 
     if "identities" in sections:
         print("11/11 subjects' groups from the file vs from the principal store", flush=True)
         from bench import identities
 
-        results["identities"] = identities.run(work, url, MAIN, list(queries.values()), max(4, args.rounds + 2))
-        write_result("identities", {"machine": info, **results["identities"]})
+        results["identities"] = identities.run(work, url, MAIN, list(queries.values()), rounds(4, 2))
+        keep("identities")
 
     if "access" in sections:
         print("12/12 the access record off vs on; records per second into one node", flush=True)
         from bench import access
 
-        results["access"] = access.run(work, url, MAIN, list(queries.values()), max(4, args.rounds + 2))
-        write_result("access", {"machine": info, **results["access"]})
+        results["access"] = access.run(work, url, MAIN, list(queries.values()), rounds(4, 2))
+        keep("access")
 
     if "stages" in sections:
         print("13/13 where one answer's CPU goes, stage by stage", flush=True)
@@ -288,43 +320,47 @@ def main() -> None:
             floor_cpu_ms=workers.get("floor: aiohttp forwarder c32", {}).get("service_cpu_ms_per_request"))
         from bench import hotpath, profile
 
-        results["stages"]["sampled"] = profile.run(
-            url, MAIN, hotpath.config_with(work / "profile.toml", url, [MAIN, hotpath.SIGNED]), list(queries.values()))
-        write_result("stages", {"machine": info, **results["stages"]})
+        if profile.sampler_missing():
+            # Only a smoke run goes on without it (make test installs requirements.lock, not requirements-bench.lock).
+            print(f"  the sampled table is left out: {profile.sampler_missing()}", flush=True)
+        else:
+            results["stages"]["sampled"] = profile.run(url, MAIN, hotpath.config_with(
+                work / "profile.toml", url, [MAIN, hotpath.SIGNED]), list(queries.values()))
+        keep("stages")
 
     if "rerank" in sections:
         print("14/14 the rerank stage: with and without, its candidates, calibration and cost", flush=True)
         from bench import rerank
 
-        results["rerank"] = rerank.run(work, url, max(2, args.rounds))
-        write_result("rerank", {"machine": info, **results["rerank"]})
+        results["rerank"] = rerank.run(work, url, args.data.parent, rounds(2, 0))
+        keep("rerank")
 
     if "connections" in sections:
         print("15/15 reaching the engine: plain HTTP, TLS, basic auth, API key, SigV4", flush=True)
         from bench import connections
 
-        results["connections"] = connections.run(work, url, MAIN, list(queries.values()), max(5, args.rounds + 3))
-        write_result("connections", {"machine": info, **results["connections"]})
+        results["connections"] = connections.run(work, url, MAIN, list(queries.values()), rounds(5, 3))
+        keep("connections")
 
     if "existing" in sections:
         print("16/16 an index LangChain built, served against the engine queried directly", flush=True)
         from bench import existing
 
-        results["existing"] = existing.run(work, url, args.data, MAIN, max(5, args.rounds + 3))
-        write_result("existing", {"machine": info, **results["existing"]})
+        results["existing"] = existing.run(work, url, args.data, MAIN, rounds(5, 3))
+        keep("existing")
 
     if "traces" in sections:
         print("17/17 traces off, on with sampling 0, on with sampling 1 (a real Jaeger)", flush=True)
         from bench import traces
 
-        results["traces"] = traces.run(work, url, MAIN, list(queries.values()), max(5, args.rounds + 3))
-        write_result("traces", {"machine": info, **results["traces"]})
+        results["traces"] = traces.run(work, url, MAIN, list(queries.values()), rounds(5, 3))
+        keep("traces")
 
     results["total_seconds"] = round(time.monotonic() - started)
     from bench.report import render
 
-    render(ROOT / "bench" / "results", ROOT / "docs")
-    print(f"done in {results['total_seconds']} s: bench/results/*.json, docs/benchmarks.md", flush=True)
+    page = render(folder, ROOT / "docs" if folder == RESULTS else folder, plots=not smoke())
+    print(f"done in {results['total_seconds']} s: {folder}/*.json, {page}", flush=True)
 
 
 if __name__ == "__main__":

@@ -22,10 +22,11 @@ from typing import Any
 from aiohttp import ClientSession
 
 from bench import scifact
-from bench.common import API_KEY, cli, config_text, loadgen, service, summarise
+from bench.common import API_KEY, PREFIX, cli, config_text, loadgen, service, sized, summarise
 
 MODES = ("bm25", "vector", "hybrid")
-HYBRID = {"id": "scifact-hybrid", "name": "SciFact (hybrid)", "versions": ["1"], "alias": "bench-scifact-hybrid",
+REQUESTS, WARMUP = sized((300, 20), (10, 2))  # per mode and round, at concurrency 1
+HYBRID = {"id": "scifact-hybrid", "name": "SciFact (hybrid)", "versions": ["1"], "alias": f"{PREFIX}-scifact-hybrid",
           "mandatory_filters": ["TENANT", "SUBJECT"], "top_k": 10, "secret_ref": "BENCH_SECRET", "apps": ["bench"],
           "retrieval": "hybrid", "embedder": "e5"}
 
@@ -52,7 +53,7 @@ def chunk_texts(records: Path) -> list[str]:
     return texts
 
 
-def embedding_cost(texts: list[str], queries: list[str], sample: int = 24) -> dict[str, Any]:
+def embedding_cost(texts: list[str], queries: list[str], sample: int = sized(24, 4)) -> dict[str, Any]:
     """How many passages the cache already holds, and the model's passage rate on a sample (cold-run estimate)."""
     from es_provider.config.knowledge import EmbedderSettings
     from es_provider.search import embedders
@@ -109,7 +110,7 @@ async def quality(base: str, queries: dict[str, str], qrels: dict[str, dict[str,
 
 
 def latency(base: str, queries: list[str], rounds: int, requests: int, modes: tuple[str, ...],
-            warmup: int = 20) -> dict[str, Any]:
+            warmup: int = WARMUP) -> dict[str, Any]:
     collected: dict[str, dict[str, Any]] = {mode: {"lat": [], "sec": 0.0, "err": 0} for mode in modes}
     for _ in range(rounds):
         for mode in modes:  # A B C A B C
@@ -145,10 +146,10 @@ def run(work: Path, records: Path, url: str, queries: dict[str, str], qrels: dic
         for mode in MODES:
             print(f"  {mode}: nDCG@10 {scores[mode]['ndcg_at_10']}, Recall@100 {scores[mode]['recall_at_100']}",
                   flush=True)
-        timing = latency(svc.base, list(queries.values()), rounds, 300, MODES)
+        timing = latency(svc.base, list(queries.values()), rounds, REQUESTS, MODES)
     with service(cached, url) as svc:
         # Every query once before measuring, so that each measured request finds its vector in the cache.
-        warm = latency(svc.base, list(queries.values()), rounds, 300, ("vector", "hybrid"), warmup=len(queries))
+        warm = latency(svc.base, list(queries.values()), rounds, REQUESTS, ("vector", "hybrid"), warmup=len(queries))
     for mode in MODES:
         print(f"  {mode}: p50 {timing[mode]['p50_ms']} ms, p99 {timing[mode]['p99_ms']} ms"
               + (f"; query vector cached: p50 {warm[mode]['p50_ms']} ms" if mode in warm else ""), flush=True)
@@ -174,7 +175,7 @@ def run(work: Path, records: Path, url: str, queries: dict[str, str], qrels: dic
                       f"{scoring.hybrid_weight} × p_bm25 + {1 - scoring.hybrid_weight:.2f} × p_vector "
                       "(calibrated leg probabilities)",
             "requests": "AgentArts /knowledge-bases/retrieve with extra_params retrieval_mode; TENANT+SUBJECT on",
-            "latency": f"concurrency 1, 300 requests per round, {rounds} rounds interleaved; 'embedded per "
+            "latency": f"concurrency 1, {REQUESTS} requests per round, {rounds} rounds interleaved; 'embedded per "
                        "request' runs with query_cache_size = 0; 'cached' after one pass over all 300 queries",
         },
     }

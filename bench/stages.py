@@ -33,10 +33,10 @@ from typing import Any
 import orjson
 
 from bench.bodies import MAIN, callback
-from bench.common import SECRET, config_text
+from bench.common import SECRET, config_text, sized
 
-ROUNDS = 2000  # calls per stage for the pure stages
-ENGINE_CALLS = 400
+ROUNDS = sized(2000, 20)  # calls per stage for the pure stages
+ENGINE_CALLS = sized(400, 5)
 
 
 def _cpu_us(fn: Callable[[], object], n: int) -> float:

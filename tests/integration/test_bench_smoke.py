@@ -68,7 +68,8 @@ def smoked(opensearch, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dic
         log = (folder / f"{name}.log").open("w")
         running[name] = (subprocess.Popen(
             [sys.executable, "-m", module, "--smoke", "--url", opensearch.url, "--results", str(folder / name)],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "BENCH_PREFIX": prefixes[name]}), log)
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "BENCH_PREFIX": prefixes[name], "TMPDIR": str(folder)}), log)  # its work folders here
     try:
         for name, (process, log) in running.items():
             try:

@@ -45,13 +45,14 @@ def configs(work: Path, url: str, kb: dict[str, Any]) -> dict[str, Path]:
 def sample_record(n: int) -> dict[str, Any]:
     """A record as a SparkTide answer of 10 chunks leaves it (es_provider/audit/access.py record())."""
     from es_provider.audit import access
+    from es_provider.edge.exchange import Answer, Exchange
 
-    entry = access.Entry("sparktide", "/agent/knowledge/{knowledge_id}/{version}", "POST", "10.1.2.3",
+    entry = Exchange("sparktide", "/agent/knowledge/{knowledge_id}/{version}", "POST", "10.1.2.3",
                          credential="callback:BENCH_SECRET", app_id="bench", tenants=("bench",),
                          subject=f"user-{n % 5000}", knowledge=[("scifact", "1")],
                          request_ids={"runId": f"run-{n}", "traceId": f"trace-{n}", "executionId": f"exec-{n}"},
-                         served=tuple(("scifact", f"doc-{(n * 7 + i) % 5183}", f"doc-{(n * 7 + i) % 5183}:0",
-                                       0.9 - i / 20) for i in range(10)))
+                     answer=Answer(b"", tuple(("scifact", f"doc-{(n * 7 + i) % 5183}",
+                                               f"doc-{(n * 7 + i) % 5183}:0", 0.9 - i / 20) for i in range(10))))
     return access.record(entry, status=200, code="", moment=access.now_iso(), duration_ms=4.2, worker=1)
 
 

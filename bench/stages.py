@@ -55,22 +55,22 @@ async def _cpu_us_async(fn: Callable[[], Awaitable[object]], n: int) -> float:
 
 async def measure(url: str, kb: dict[str, Any], query: str) -> dict[str, float]:
     from aiohttp import web
-    from aiohttp.test_utils import make_mocked_request
 
     from es_provider.audit import access
     from es_provider.audit.recorder import Recorder
     from es_provider.config.settings import parse_settings
-    from es_provider.core.acl import Filter, ordered, rechecker
+    from es_provider.core.acl import Filter, Filters, rechecker
     from es_provider.core.deadline import budget_from_deadline, fixed_budget
     from es_provider.core.logs import REQUEST_IDS
     from es_provider.core.metrics import Metrics
-    from es_provider.edge import auth, kit
+    from es_provider.edge import auth, handlers
+    from es_provider.edge.exchange import Answer, Exchange
     from es_provider.edge.idempotency import IdempotencyCache
     from es_provider.engine import dialect
     from es_provider.engine.client import Engine
     from es_provider.identity.principals import Principals
     from es_provider.protocols import sparktide
-    from es_provider.search.domain import SearchRequest, SearchResult, served
+    from es_provider.search.domain import SearchRequest, SearchResult
     from es_provider.search.hits import to_chunk
     from es_provider.search.query import build_search, query_terms
     from es_provider.search.retrieval import scored_hits
@@ -89,11 +89,11 @@ async def measure(url: str, kb: dict[str, Any], query: str) -> dict[str, float]:
     engine = Engine(url)
     out: dict[str, float] = {}
     try:
-        out["read + parse"] = _cpu_us(lambda: kit.parse_object(raw), ROUNDS)
-        data = kit.parse_object(raw)
+        out["read + parse"] = _cpu_us(lambda: handlers.parse_object(raw), ROUNDS)
+        data = handlers.parse_object(raw)
 
         def validate() -> Any:
-            req = kit.validate(sparktide.CallbackRequest, data)
+            req = handlers.validate(sparktide.CallbackRequest, data)
             sparktide.check_consistency(req, knowledge_id=kb_def.id, version="1", idempotency_key=req.executionId,
                                         mandatory=kb_def.mandatory_filters)
             budget_from_deadline(req.deadline, now_ms=int(time.time() * 1000), now_monotonic=time.monotonic(),
@@ -113,8 +113,8 @@ async def measure(url: str, kb: dict[str, Any], query: str) -> dict[str, float]:
             assert token is not None and auth.callback_knowledge(credentials, token)
             who = await principals.identity_of(req.appId, req.tenantId, req.subjectId, budget)
 
-            async def answer() -> tuple[bytes, tuple[Any, ...]]:
-                return b"{}", ()
+            async def answer() -> Answer:
+                return Answer(b"{}")
 
             await idempotency.once((kb_def.id, "1", req.appId, f"e{n}"), sparktide.fingerprint(data, who), answer,
                                    time.monotonic)
@@ -122,7 +122,7 @@ async def measure(url: str, kb: dict[str, Any], query: str) -> dict[str, float]:
 
         out["auth and identity"] = await _cpu_us_async(auth_and_identity, ROUNDS)
         request = SearchRequest(knowledge=(kb_def,), query=req.query, identity=identity,
-                                filters=ordered([*kb_def.mandatory_filters, *req.filters.required]),
+                                filters=Filters.of([*kb_def.mandatory_filters, *req.filters.required]),
                                 top_k=min(req.topK, kb_def.top_k))
         flavor = await engine.flavor()
 
@@ -149,28 +149,27 @@ async def measure(url: str, kb: dict[str, Any], query: str) -> dict[str, float]:
         result = SearchResult(ranked=tuple(chunks), top_k=request.top_k, applied_filters=plan.applied_filters)
 
         def render() -> web.Response:
-            return kit.answer(sparktide.answered(kb_def, result).body)
+            return handlers.respond(Exchange("sparktide", "", "POST", ""), sparktide.render(kb_def, result))
 
         out["render"] = _cpu_us(render, ROUNDS)
         route = "/agent/knowledge/{knowledge_id}/{version}"
 
         def observe() -> None:
             REQUEST_IDS.set({"runId": req.runId, "traceId": req.traceId, "executionId": req.executionId})
-            metrics.answered(route, 200, "", 0.004)
+            metrics.count_request(route, 200, "", 0.004)
 
         out["metrics and logs"] = _cpu_us(observe, ROUNDS)
-        mocked = make_mocked_request("POST", "/agent/knowledge/scifact/1")
+        answer = sparktide.render(kb_def, result)
 
         def record() -> None:
-            entry = mocked[access.ENTRY] = access.Entry("sparktide", route, "POST", "127.0.0.1")
-            access.note(mocked, credential="callback:BENCH_SECRET", knowledge=[(kb_def.id, "1")])
-            access.note(mocked, request_ids={"runId": req.runId}, app_id=req.appId, tenants=(req.tenantId,),
-                        subject=req.subjectId)
-            access.note_query(mocked, req.query)
-            access.note_identity(mocked, identity)
-            access.note(mocked, served=served(chunks[:10]))
+            exchange = Exchange("sparktide", route, "POST", "127.0.0.1")
+            exchange.credential, exchange.knowledge = "callback:BENCH_SECRET", [(kb_def.id, "1")]
+            exchange.request_ids, exchange.app_id = {"runId": req.runId}, req.appId
+            exchange.tenants, exchange.subject, exchange.query = (req.tenantId,), req.subjectId, req.query
+            exchange.identified(identity)
+            exchange.answer = answer
             recorder.refusing()
-            recorder.keep(access.record(entry, status=200, code="", moment=access.now_iso(), duration_ms=4.0,
+            recorder.keep(access.record(exchange, status=200, code="", moment=access.now_iso(), duration_ms=4.0,
                                         worker=1))
 
         out["access record"] = _cpu_us(record, ROUNDS)

@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.command import in_subprocess
 from helpers.hostile_files import FILES, entity_expansion_docx, superscript_heading, truncated_docx, unknown_filter_pdf
-from test_ingest_lifecycle import chunks, cli, write_config
+from test_ingest_lifecycle import chunks, write_config
 
 
 def ingest(opensearch: Any, config: Path, kb: Any, *paths: Path, tenant: str | None = None) -> Any:
     options = ["--tenant", tenant] if tenant else []
-    return cli(opensearch, "ingest", "--config", str(config), "--kb", kb.id, "--public", *options,
+    return in_subprocess(opensearch.url, "ingest", "--config", str(config), "--kb", kb.id, "--public", *options,
                *map(str, paths))
 
 
@@ -94,7 +95,7 @@ async def test_ids_that_differ_only_in_where_a_colon_falls_both_stay(opensearch,
                  {"document_id": "a:b", "content": "Document a:b, version c.", "source": {"version": "c"}},
                  {"document_id": "a", "content": "Document a, version b:c.", "source": {"version": "b:c"}},
                  {"document_id": "plain-1", "content": "An id without a colon.", "source": {"version": "v1"}})
-    result = cli(opensearch, "ingest", "--config", str(write_config(tmp_path, kb)), "--kb", kb.id, str(data))
+    result = in_subprocess(opensearch.url, "ingest", "--config", str(write_config(tmp_path, kb)), "--kb", kb.id, str(data))
     assert result.returncode == 0, result.stderr
     assert "ingested 3 documents, 3 chunks" in result.stdout
     stored = {c["document_id"]: c for c in await chunks(engine, kb)}
@@ -108,7 +109,7 @@ async def test_a_document_id_twice_in_one_run_keeps_the_first_and_says_so(opense
     one = jsonl(tmp_path / "one.jsonl", {"document_id": "d", "content": "The first record of d."},
                 {"document_id": "e", "content": "Record e."}, {"document_id": "d", "content": "The second record of d."})
     two = jsonl(tmp_path / "two.jsonl", {"document_id": "d", "content": "A third record of d, in another file."})
-    result = cli(opensearch, "ingest", "--config", str(write_config(tmp_path, kb)), "--kb", kb.id, str(one), str(two))
+    result = in_subprocess(opensearch.url, "ingest", "--config", str(write_config(tmp_path, kb)), "--kb", kb.id, str(one), str(two))
     assert result.returncode == 1
     assert failures(result) == [
         f"failed: document d: its id appears again at {one}:3, first at {one}:1; only the first is ingested",

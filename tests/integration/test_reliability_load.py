@@ -134,7 +134,7 @@ async def test_concurrency_and_size_limits_shed_load(served_kb, proxy, figures) 
 
 @pytest.fixture(autouse=True)
 def _loadgen_importable() -> None:
-    assert (Path(ROOT) / "bench" / "loadgen.py").exists()
+    assert (Path(ROOT) / "harness" / "loadgen.py").exists()
 
 
 async def test_idempotency_memory_stays_bounded(engine, kb, opensearch, tmp_path, request, figures) -> None:

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from es_provider.audit.access import new_id
 from es_provider.core.acl import Identity
-from es_provider.search.domain import Chunk, SearchResult, Served
+from es_provider.search.domain import Chunk, SearchResult, Served, served
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +34,7 @@ class Answer:
     def of(body: bytes, chunks: Iterable[Chunk], result: SearchResult | None = None,
            problems: Iterable[str] = ()) -> Answer:
         """The answer holding `chunks`, with the rerank outcome of the `result` they came from."""
-        return Answer(body, tuple((c.knowledge_id, c.document_id, c.chunk_id, c.score) for c in chunks),
-                      result.rerank if result is not None else None, tuple(problems))
+        return Answer(body, served(chunks), result.rerank if result is not None else None, tuple(problems))
 
 
 @dataclass(slots=True)

@@ -336,3 +336,44 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if unoffered:
         config.hook.pytest_deselected(items=unoffered)
         items[:] = [item for item in items if item not in unoffered]
+
+
+# The Keycloak of the MCP endpoint's OAuth tests (scripts/keycloak-local, tests/helpers/keycloak.py), the secure
+# node's way: started by the first test that asks for it, shared by every pytest-xdist process, and stopped by the
+# controlling process at the end if this run started it. The controller names a marker file in the environment
+# before the workers start (xdist starts them in its own, later, pytest_sessionstart); whichever process starts
+# Keycloak creates the file.
+KEYCLOAK_STARTED_VARIABLE = "ES_PROVIDER_TEST_KEYCLOAK_STARTED"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput") or os.environ.get(KEYCLOAK_STARTED_VARIABLE):
+        return
+    marker = Path(tempfile.gettempdir()) / f"es-provider-keycloak-started-{os.getpid()}-{uuid.uuid4().hex}"
+    os.environ[KEYCLOAK_STARTED_VARIABLE] = str(marker)
+
+    def stop_if_started() -> None:
+        if marker.exists():
+            marker.unlink()
+            if not os.environ.get("ES_PROVIDER_KEEP_KEYCLOAK"):
+                from helpers.keycloak import stop_keycloak
+
+                stop_keycloak()
+
+    session.config.add_cleanup(stop_if_started)
+
+
+@pytest.fixture(scope="session")
+def keycloak() -> Any:
+    """The running Keycloak (helpers.keycloak.Keycloak: url, admin password, admin REST calls) on port 18080
+    (KEYCLOAK_PORT). Found running or started; a failure to start fails the test."""
+    from helpers import keycloak as kc
+
+    try:
+        server, started = kc.start_keycloak()
+    except Exception as exc:  # a Keycloak we cannot have is a failure, never a skip
+        pytest.fail(f"no Keycloak on port {kc.PORT}: {exc}", pytrace=False)
+    marker = os.environ.get(KEYCLOAK_STARTED_VARIABLE)
+    if started and marker:
+        Path(marker).touch()
+    return server

@@ -24,6 +24,7 @@ from es_provider.config.knowledge import (
     RetrievalMode,
     ScoringSettings,
 )
+from es_provider.config.mcp import McpSettings
 from es_provider.config.model import ConfigModel, Ident
 from es_provider.config.serving import ApiKey, ServerSettings, WorkbenchSettings
 
@@ -53,6 +54,8 @@ class Settings(ConfigModel):
     """The knowledge bases (`[[knowledge]]`, one table each)."""
     api_keys: list[ApiKey] = Field(default_factory=list)
     """The AgentArts and Dify callers' keys (`[[api_keys]]`, one table each)."""
+    mcp: McpSettings = McpSettings()
+    """The MCP endpoint for every agent, with each user's own sign-in token."""
     principals: dict[str, list[str]] = Field(default_factory=dict)
     """Subject → its groups (`"u-alice" = ["eng"]`), for the subjects the principal store does not know."""
 
@@ -72,6 +75,9 @@ class Settings(ConfigModel):
             for kb_id in key.knowledge:
                 if kb_id not in known:
                     raise ValueError(f"api_keys[{i}].knowledge names unknown knowledge base {kb_id!r}")
+        for kb_id in self.mcp.knowledge if self.mcp.enabled else ():
+            if kb_id not in known:
+                raise ValueError(f"mcp.knowledge names unknown knowledge base {kb_id!r}")
         platform_refs = {kb.secret_ref for kb in self.knowledge} | {key.key_ref for key in self.api_keys}
         if self.workbench.key_ref is not None and self.workbench.key_ref in platform_refs:
             raise ValueError("workbench.key_ref must be its own credential, not a platform's secret or API key")

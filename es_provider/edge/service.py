@@ -13,6 +13,7 @@ from es_provider.edge.grants import Grants
 from es_provider.edge.idempotency import IdempotencyCache
 from es_provider.edge.replays import SharedReplays
 from es_provider.identity.principals import Principals
+from es_provider.identity.tokens import TokenVerifier
 from es_provider.search.retrieval import Retriever
 
 
@@ -27,6 +28,7 @@ class Services:
     principals: Principals
     shared_replays: SharedReplays | None = None  # when signatures are checked across processes
     grants: Grants | None = None  # the serve duty's privileges, as readiness last found them
+    tokens: TokenVerifier | None = None  # [mcp]: the identity providers' access tokens
 
 
 SERVICES = web.AppKey("services", Services)

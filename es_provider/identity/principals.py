@@ -210,7 +210,10 @@ class Principals:
         self.store = store
 
     async def identity(self, app_id: str, tenants: frozenset[str], subject: str | None, budget: Budget,
-                       extra: Iterable[str] = ()) -> Identity:
+                       extra: Iterable[str] = (), *, claimed: Iterable[str] = ()) -> Identity:
+        """`extra`: groups the credential itself holds (an API key's); `claimed`: groups a signed token names,
+        counted only for a subject the store does not know (for one it knows, the store is authoritative: a group
+        removed there stops granting at once, whatever tokens still in flight say)."""
         groups = set(extra)
         active = True
         with tracing.step("identity") as span:  # the principal store's read (cached or not); never who
@@ -223,6 +226,7 @@ class Principals:
                 else:
                     source = "file"
                     groups.update(self._file.get(subject, ()))
+                    groups.update(claimed)
             if span.is_recording():  # no attribute dict per request with traces off
                 span.set_attributes({"es_provider.identity.source": source,
                                      "es_provider.identity.groups": len(groups), "es_provider.identity.active": active})

@@ -19,6 +19,7 @@ from es_provider.core.naming import alias_of_index
 from es_provider.core.schema import Schema
 from es_provider.engine.client import Engine
 from es_provider.search import layout
+from es_provider.search.document import Document, read_document
 from es_provider.search.domain import Chunk, SearchRequest, SearchResult
 from es_provider.search.embedders import Embedder
 from es_provider.search.hits import MalformedHit, to_chunk
@@ -394,6 +395,22 @@ class Retriever:
         if result.unchecked and self._on_unchecked is not None:
             self._on_unchecked(result.unchecked)
         return result
+
+    async def document(self, retrieval: SearchRequest, document_id: str, budget: Budget) -> Document:
+        """One document of the request's one knowledge base, as its identity may read it (search/document.py)."""
+        kb = retrieval.knowledge[0]
+        if found := await self.layout_problems(kb, budget):
+            raise KnowledgeError(ErrorCode.UNAVAILABLE, detail=f"knowledge base {kb.id} cannot be served: {found[0]}")
+        mapped = await self._mapped_fields(retrieval.index, retrieval.index_schema, budget)
+
+        async def checked(seen: set[str]) -> frozenset[str]:
+            return await self._served_indices(retrieval.knowledge, seen, budget)
+
+        found_document = await read_document(self._engine, retrieval, document_id, budget, mapped=mapped,
+                                             checked=checked)
+        if found_document.dropped and self._on_dropped is not None:
+            self._on_dropped(found_document.dropped)
+        return found_document
 
     async def available(self, aliases: list[str], budget: Budget) -> set[str]:
         """Which of `aliases` exist now (point at an index) and so can be searched."""

@@ -32,7 +32,8 @@ from es_provider.edge.replays import SharedReplays
 from es_provider.edge.service import SERVICES, Services
 from es_provider.engine.client import Engine, connect
 from es_provider.identity.principals import Principals, PrincipalStore
-from es_provider.protocols import agentarts, dify, sparktide
+from es_provider.identity.tokens import TokenVerifier
+from es_provider.protocols import agentarts, dify, mcp, sparktide
 from es_provider.search import embedders
 from es_provider.search.rerank import Reranker
 from es_provider.search.retrieval import Retriever
@@ -47,11 +48,13 @@ log = logging.getLogger("es_provider.app")  # the name operators' log filters an
 PROTOCOLS: tuple[Protocol, ...] = (sparktide.PROTOCOL, agentarts.PROTOCOL, dify.PROTOCOL)
 
 
-async def _close_all(models: Mapping[str, embedders.CachedEmbedder], reranker: Reranker | None) -> None:
+async def _close_all(models: Mapping[str, embedders.CachedEmbedder], reranker: Reranker | None,
+                     tokens: TokenVerifier | None = None) -> None:
     for model in models.values():
         await model.close()
-    if reranker is not None:
-        await reranker.close()
+    for closing in (reranker, tokens):
+        if closing is not None:
+            await closing.close()
 
 
 def _reranker(settings: Settings, environ: Mapping[str, str], metrics: Metrics) -> Reranker | None:
@@ -104,6 +107,19 @@ def _with_scim(protocols: tuple[Protocol, ...], settings: Settings, credentials:
     return (*protocols, scim.PROTOCOL), lambda app, engine: scim.install(app, token, scim.State(engine, settings))
 
 
+def _with_mcp(app: web.Application, protocols: tuple[Protocol, ...], settings: Settings,
+              environ: Mapping[str, str] | None) -> tuple[tuple[Protocol, ...], TokenVerifier | None]:
+    """With `[mcp] enabled`: its protocol, its settings on the app and the verifier of its issuers' tokens (an
+    introspection secret is read now, so a missing one stops the service at start)."""
+    if not settings.mcp.enabled:
+        return protocols, None
+    app[mcp.SETTINGS] = settings.mcp
+    log.warning("MCP endpoint enabled at %s for %s (tokens of %s)", settings.mcp.path, settings.mcp.resource,
+                ", ".join(i.issuer for i in settings.mcp.issuers))
+    return (*protocols, mcp.protocol(settings.mcp)), TokenVerifier(settings.mcp, os.environ if environ is None
+                                                                   else environ)
+
+
 def access_context(settings: Settings, metrics: Metrics, environ: Mapping[str, str] | None = None
                    ) -> Callable[[web.Application], AsyncIterator[None]]:
     """The access record's writers, started once the engine is met; at the stop (after in-flight answers) what is
@@ -139,6 +155,14 @@ def _background(settings: Settings, shared_replays: SharedReplays | None, store:
     if store is not None:
         background.append(asyncio.create_task(store.run()))
     return background
+
+
+async def _token_keys(tokens: TokenVerifier | None) -> list[asyncio.Task[None]]:
+    """[mcp]'s issuers' keys, fetched before the first request (a failure is /readyz's to tell), then kept fresh."""
+    if tokens is None:
+        return []
+    await tokens.start()
+    return [asyncio.create_task(tokens.run())]
 
 
 def index_maker_of(settings: Settings, engine: Engine, *, access: bool, main: bool = True) -> IndexMaker:
@@ -185,6 +209,7 @@ def create_app(
     app = web.Application(handler_args={"lingering_time": 1.0, "auto_decompress": False})
     protocols = _with_pages(app, protocols, settings, credentials, environ)
     protocols, install_scim = _with_scim(protocols, settings, credentials, environ)
+    protocols, tokens = _with_mcp(app, protocols, settings, environ)
     if tracing.on():
         app.middlewares.append(trace_middleware(protocols))
         tracing.count_drops(metrics.trace_spans_dropped.inc)
@@ -208,11 +233,12 @@ def create_app(
             await engine.close()
             await _close_all(models, reranker)
             raise
+        background = await _token_keys(tokens)
         shared_replays = SharedReplays(engine, settings.server.replay_index) if settings.shares_replays() else None
         store = PrincipalStore(engine, settings) if settings.uses_directory() else None
         app[INDEX_MAKERS] = [index_maker_of(settings, engine, access=settings.access_log.own_engine() is None)]
-        background = [await app[INDEX_MAKERS][0].start(START_PROBE_MS / 1000), *_background(settings, shared_replays,
-                                                                                        store)]
+        background += [await app[INDEX_MAKERS][0].start(START_PROBE_MS / 1000),
+                       *_background(settings, shared_replays, store)]
         log.info("subjects' groups come from %s", f"the principal store ({settings.directory.index}), then "
                  "[principals] for subjects it does not know" if store is not None else "[principals] only")
         app[ENGINE] = engine
@@ -230,6 +256,7 @@ def create_app(
             principals=Principals(settings, store),
             shared_replays=shared_replays,
             grants=Grants(engine, settings),
+            tokens=tokens,
         )
         if install_scim is not None:
             install_scim(app, engine)
@@ -237,11 +264,16 @@ def create_app(
         for task in background:
             task.cancel()
         await engine.close()
-        await _close_all(models, reranker)
+        await _close_all(models, reranker, tokens)
 
     app.cleanup_ctx.append(engine_context)
     if settings.access_log.enabled:
         app.cleanup_ctx.append(access_context(settings, metrics, environ))  # stopped first: after in-flight answers
+    _add_routes(app, protocols)
+    return app
+
+
+def _add_routes(app: web.Application, protocols: tuple[Protocol, ...]) -> None:
     for protocol in protocols:
         for route in protocol.routes:
             app.router.add_route(route.method, route.path, route.handler)
@@ -249,4 +281,3 @@ def create_app(
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_endpoint)
     app.router.add_get("/openapi.json", openapi_endpoint)
-    return app

@@ -85,6 +85,9 @@ async def readyz(request: web.Request) -> web.Response:
     store = services.principals.store
     if store is not None and store.stale():
         reasons["principal_store"] = "unread for longer than [directory] max_staleness_s: lookups fail closed"
+    if services.tokens is not None and (unverifiable := services.tokens.problems()):
+        log.warning("not ready: %s", "; ".join(unverifiable))
+        reasons["mcp_issuers"] = f"{len(unverifiable)} issuer(s) whose tokens cannot be verified: no usable keys"
     if reasons or missing:
         body: dict[str, Any] = {"status": "unavailable", **({"reasons": reasons} if reasons else {})}
         if missing:

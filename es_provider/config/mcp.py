@@ -78,8 +78,8 @@ class McpIssuer(ConfigModel):
     """Env var (or `<NAME>_FILE`) holding that client's secret."""
     keys_max_age_s: float = Field(default=3600.0, ge=10, le=7 * 86400)
     """Keys fetched this long ago still verify tokens while the issuer cannot be reached; after that its tokens
-    are refused (401) and /readyz says why. Keys are fetched again every few minutes, and at once (at most every 10
-    s) for a token signed by a key not seen yet."""
+    are refused (401) and /readyz says why. Keys are fetched again every few minutes, and for a token signed by a
+    key not seen yet (at most once a second)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> McpIssuer:

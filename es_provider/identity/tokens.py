@@ -2,8 +2,8 @@
 
 JWTs are verified against each configured issuer's signing keys (PyJWT): asymmetric algorithms only, the key's own
 algorithm, `iss`, `aud`, `exp`, `nbf` with a small leeway. The keys are fetched with aiohttp (never blocking the event
-loop), kept per issuer, fetched again every few minutes in the background and at once for a key id not seen yet (at
-most every MIN_REFETCH_S per issuer, so forged key ids cannot make us hammer the issuer); keys fetched up to the
+loop), kept per issuer, fetched again every few minutes in the background and for a key id not seen yet (at most
+once per MIN_REFETCH_S per issuer, so forged key ids cannot make us hammer the issuer); keys fetched up to the
 issuer's `keys_max_age_s` ago keep verifying while it cannot be reached. Opaque tokens go to an issuer's RFC 7662
 introspection endpoint when one is configured. A token is never logged, traced, recorded or sent to the engine;
 reasons are.
@@ -35,7 +35,7 @@ log = logging.getLogger("es_provider.tokens")
 ASYMMETRIC = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"})
 LEEWAY_S = 30  # clock skew between the issuer and this host
 REFRESH_S = 300.0  # keys are fetched again this often
-MIN_REFETCH_S = 10.0  # an unknown key id fetches the keys again at most this often per issuer
+MIN_REFETCH_S = 1.0  # an unknown key id fetches the keys again at most this often per issuer
 FETCH_TIMEOUT_S = 5.0
 MAX_DOCUMENT_BYTES = 1 << 20
 MAX_TOKEN_BYTES = 16384
@@ -150,9 +150,15 @@ class IssuerKeys:
         return self.fetched_at is None or self._clock() - self.fetched_at >= REFRESH_S
 
     async def key(self, kid: str) -> jwt.PyJWK | None:
-        """The signing key `kid`, fetching the keys again if it is new (at most every MIN_REFETCH_S)."""
-        if kid not in self.keys and self._clock() - self._tried_at >= MIN_REFETCH_S:
-            await self.refresh()
+        """The signing key `kid`. A new one fetches the keys again: at once, or, within MIN_REFETCH_S of the last
+        fetch, after waiting out the rest of it (a rotation is then never refused, and forged key ids cost the
+        issuer at most one fetch per MIN_REFETCH_S)."""
+        if kid not in self.keys:
+            asked = self._clock()
+            if (wait := self._tried_at + MIN_REFETCH_S - asked) > 0:
+                await asyncio.sleep(wait)
+            if self._tried_at < asked or (self._fetch is not None and not self._fetch.done()):
+                await self.refresh()  # none began since this request asked: begin one (or join the running one)
         return self.keys.get(kid) if self.usable() else None
 
 

@@ -6,6 +6,7 @@ user, signed in at the company's own identity provider.
 from __future__ import annotations
 
 import ipaddress
+from functools import cached_property
 from typing import Annotated
 
 from pydantic import AfterValidator, Field, model_validator
@@ -102,14 +103,20 @@ class McpSettings(ConfigModel):
     must be issued for (RFC 8707) and the `resource` of its protected resource metadata (RFC 9728). Required when
     enabled."""
     allowed_origins: list[Origin] = Field(default_factory=list, max_length=256)
-    """Browser origins allowed to call it (DNS rebinding: any other `Origin` header is refused with 403). A request
-    without `Origin` (agents, not browsers) is not affected."""
+    """Browser origins allowed to call it besides `resource`'s own (DNS rebinding: any other `Origin` header is
+    refused with 403). A request without `Origin` (agents, not browsers) is not affected."""
     scopes: list[Scope] = Field(default_factory=list, max_length=32)
     """Scopes every token must carry (403 insufficient_scope otherwise). Empty: none is required."""
     knowledge: list[Ident] = Field(default_factory=list)
     """The knowledge bases served through MCP (each user sees those their permissions reach)."""
     issuers: list[McpIssuer] = Field(default_factory=list, max_length=32)
     """`[[mcp.issuers]]`: the identity providers whose tokens are accepted."""
+
+    @cached_property
+    def origins(self) -> frozenset[str]:
+        """The origins a request's `Origin` header may name: `resource`'s own and `allowed_origins`."""
+        own = str(URL(self.resource).origin()) if self.resource is not None else None
+        return frozenset([*self.allowed_origins, *([own] if own else [])])
 
     @model_validator(mode="after")
     def _complete(self) -> McpSettings:

@@ -100,7 +100,7 @@ def challenge(settings: McpSettings, refused: TokenRefused | None) -> str:
 def check_origin(request: web.Request, settings: McpSettings) -> None:
     """DNS rebinding: a browser's page may not reach the endpoint unless its origin is allowed."""
     origin = request.headers.get("Origin")
-    if origin is not None and origin not in settings.allowed_origins:
+    if origin is not None and origin not in settings.origins:
         raise McpError(403, mcp_types.INVALID_REQUEST, "Origin not allowed.", detail=f"origin {origin[:100]!r}")
 
 

@@ -44,9 +44,10 @@ DOCS = [{"document_id": "eng-plan", "title": "Plan", "tenant_id": "team-a", "con
          "acl": {"public": True}}]
 
 
-async def sees_plan(session: aiohttp.ClientSession, served: Served) -> tuple[bool, bool, bool]:
+async def sees_plan(session: aiohttp.ClientSession, served: Served, mcp_token: str | None = None) -> tuple[bool, ...]:
     """Whether u-dana is served eng-plan through SparkTide, AgentArts (the key's own subject) and Dify
-    (acting_subject) on this instance."""
+    (acting_subject) on this instance; and with `mcp_token` (u-dana's own), through MCP's retrieve too (refused
+    with 401 when the store has the user deactivated: not served)."""
     execution = uuid.uuid4().hex[:12]
     bearer = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
     async with session.post(served.base + calls.ROUTE, json=calls.body("u-dana", "team-a", executionId=execution),
@@ -62,4 +63,16 @@ async def sees_plan(session: aiohttp.ClientSession, served: Served) -> tuple[boo
                 {"name": "acting_subject", "comparison_operator": "is", "value": "u-dana"}]}}) as r3:
         dify = {r["metadata"]["document_id"] for r in (await r3.json())["records"]}
     assert "public-note" in sparktide & agentarts & dify  # every answer is a real one
-    return "eng-plan" in sparktide, "eng-plan" in agentarts, "eng-plan" in dify
+    three = ("eng-plan" in sparktide, "eng-plan" in agentarts, "eng-plan" in dify)
+    if mcp_token is None:
+        return three
+    async with session.post(f"{served.base}/mcp", headers={"Authorization": f"Bearer {mcp_token}",
+                                                           "Content-Type": "application/json"},
+                            json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                                "name": "retrieve", "arguments": {"query": "installation"}}}) as r4:
+        if r4.status == 401:
+            return (*three, False)
+        chunks = (await r4.json())["result"]["structuredContent"]["chunks"]
+    mcp = {c["document_id"] for c in chunks}
+    assert "public-note" in mcp
+    return (*three, "eng-plan" in mcp)

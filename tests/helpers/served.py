@@ -46,11 +46,16 @@ def write_config(path: Path, url: str, knowledge: list[dict[str, Any]], *, api_k
                  principals: dict[str, list[str]] | None = None, server: dict[str, Any] | None = None,
                  embedders: dict[str, dict[str, Any]] | None = None,
                  sections: dict[str, dict[str, Any]] | None = None) -> Path:
-    """`sections`: further tables by name (e.g. "scim", "directory"), each written as given."""
+    """`sections`: further tables by name (e.g. "scim", "directory"), each written as given; a value that is a list
+    of tables is written as an array of tables (`"mcp": {"issuers": [{...}]}` → `[[mcp.issuers]]`)."""
     lines = ["[opensearch]", f"url = {toml_value(url)}", "", "[server]"]
     lines += [f"{k} = {toml_value(v)}" for k, v in (server or {}).items()]
     for name, table in (sections or {}).items():
-        lines += ["", f"[{name}]"] + [f"{k} = {toml_value(v)}" for k, v in table.items()]
+        tables = {k: v for k, v in table.items() if isinstance(v, list) and v and all(isinstance(e, dict) for e in v)}
+        lines += ["", f"[{name}]"] + [f"{k} = {toml_value(v)}" for k, v in table.items() if k not in tables]
+        for key, entries in tables.items():  # a list of tables: [[name.key]] each (e.g. [[mcp.issuers]])
+            for entry in entries:
+                lines += ["", f"[[{name}.{key}]]"] + [f"{k} = {toml_value(v)}" for k, v in entry.items()]
     for name, embedder in (embedders or {}).items():
         lines += ["", f"[embedders.{name}]"] + [f"{k} = {toml_value(v)}" for k, v in embedder.items()]
     for kb in knowledge:

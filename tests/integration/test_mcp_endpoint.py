@@ -6,6 +6,7 @@ and the transport's refusals carry the right status, JSON-RPC code and challenge
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from helpers import acl_corpus
 from helpers.local_issuer import LocalIssuer
+from helpers.records import metric, record_ids
 from helpers.setup import TEST_ENV, load_records, settings_for
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -138,3 +140,33 @@ async def test_transport_refusals(served: TestClient[Any, Any], issuer: LocalIss
     assert metadata["resource"] == RESOURCE and metadata["authorization_servers"] == [issuer.url]
     assert metadata["scopes_supported"] == ["knowledge.read"]
     assert await (await served.get("/.well-known/oauth-protected-resource")).json() == metadata
+
+
+async def test_the_access_record_names_subject_issuer_and_client(engine: Any, kb: Any, opensearch: Any,
+                                                                 issuer: LocalIssuer) -> None:
+    await load_records(engine, kb, acl_corpus.documents())
+    prefix = f"mcp-records-{uuid.uuid4().hex[:8]}"
+    settings = settings_for(opensearch.url, kb, principals=acl_corpus.GROUPS, access_log={
+        "index": prefix, "flush_interval_s": 0.1}, mcp={
+        "enabled": True, "resource": RESOURCE, "knowledge": [kb.id],
+        "issuers": [{"issuer": issuer.url, "tenant_claim": "tenant"}]})
+    client: TestClient[Any, Any] = TestClient(TestServer(create_app(settings, environ=TEST_ENV)))
+    await client.start_server()
+    try:
+        token = issuer.mint("u-carol", RESOURCE, tenant="team-c", azp="claude-desktop")
+        response = await client.post("/mcp", data=rpc("tools/call", {"name": "retrieve", "arguments": {
+            "query": "alpha", "top_k": 20}}), headers={**JSON, "Authorization": f"Bearer {token}"})
+        assert response.status == 200
+        served = {c["document_id"] for c in (await response.json())["result"]["structuredContent"]["chunks"]}
+        assert served == acl_corpus.visible("u-carol", "team-c")
+        record_id = response.headers["X-Access-Record"]
+        assert record_id in await record_ids(engine, prefix, {record_id})
+        [record] = [hit["_source"] async for hit in engine.scan(f"{prefix}-*") if hit["_id"] == record_id]
+        assert (record["protocol"], record["credential"], record["app_id"], record["subject"], record["tenants"]) == \
+            ("mcp", f"oauth:{issuer.url}", "claude-desktop", "u-carol", ["team-c"])
+        assert set(record["documents"]) == served and record["knowledge_ids"] == [kb.id]
+        assert token[:20] not in json.dumps(record) and token[-20:] not in json.dumps(record)
+        exposition = await (await client.get("/metrics")).text()
+        assert metric(exposition, 'es_provider_requests_total{code="",route="/mcp",status="200"}') >= 1
+    finally:
+        await client.close()

@@ -27,13 +27,13 @@ from pydantic import Field
 from es_provider.config.knowledge import KnowledgeBase, RetrievalMode
 from es_provider.core import metadata
 from es_provider.core.acl import Identity
-from es_provider.core.errors import KnowledgeError, protocol_error
+from es_provider.core.errors import ErrorCode, KnowledgeError, protocol_error
 from es_provider.core.schema import document_clause
 from es_provider.core.strictjson import StrictModel
 from es_provider.edge import address, handlers
 from es_provider.edge.exchange import Answer, exchange_of
 from es_provider.edge.service import SERVICES, Services
-from es_provider.protocols import agentarts, dify, sparktide
+from es_provider.protocols import agentarts, dify, mcp_tools, sparktide
 from es_provider.search import explain, explain_queries
 from es_provider.search.domain import SearchRequest, SearchResult, Served
 from es_provider.search.query import text_clause
@@ -49,8 +49,8 @@ WORKBENCH = login.LoginGate("workbench", WORKBENCH_KEY, COOKIE, "/workbench", lo
     title="es-provider workbench — log in", heading="Retrieval workbench", label="Workbench key",
     needs="This page needs the workbench key (<code>[workbench] key_ref</code>), not a platform key.",
     note="Every login, search and explanation is logged with the identity it impersonated."))
-ProtocolName = Literal["sparktide", "agentarts", "dify"]
-PROTOCOLS: tuple[ProtocolName, ...] = ("sparktide", "agentarts", "dify")
+ProtocolName = Literal["sparktide", "agentarts", "dify", "mcp"]
+PROTOCOLS: tuple[ProtocolName, ...] = ("sparktide", "agentarts", "dify", "mcp")
 MAX_DOCUMENT_CHUNKS = 500
 
 
@@ -94,6 +94,8 @@ def protocol_request(name: ProtocolName, kb: KnowledgeBase, identity: Identity, 
     the identity chosen on the page standing for the one the platform would name."""
     if name == "sparktide":
         return sparktide.search_request(kb, identity, ask.query, ask.top_k)
+    if name == "mcp":  # its `retrieve` tool, as the user's own token names them
+        return mcp_tools.search_request(kb, identity, ask.query, min(ask.top_k, mcp_tools.MAX_TOP_K), ask.threshold)
     end_user = identity.subject_id is not None
     if name == "agentarts":
         return agentarts.search_request((kb,), identity, ask.query, top_k=ask.top_k, threshold=ask.threshold,
@@ -111,6 +113,9 @@ def render(name: ProtocolName, kb: KnowledgeBase, result: SearchResult) -> Answe
         return sparktide.render(kb, result)
     if name == "agentarts":
         return agentarts.render(result)
+    if name == "mcp":
+        return Answer.of(orjson.dumps(mcp_tools.tool_result(mcp_tools.retrieved(result.chunks))), result.chunks,
+                         result)
     return dify.render(result)
 
 
@@ -152,6 +157,10 @@ async def search(request: web.Request) -> web.Response:
     requests = {name: protocol_request(name, kb, identity, ask) for name in PROTOCOLS}  # bad input: 400, no search
     async with services.admission.slot("workbench"):
         for name, wanted in requests.items():
+            if name == "mcp" and not _over_mcp(services, kb, identity):
+                answers[name] = {"refused": ErrorCode.ACCESS_DENIED.value, "message": "not served over MCP to this "
+                                 "identity ([mcp] off, the base not in its knowledge, or TENANT mandatory and none)"}
+                continue
             started = time.monotonic()
             budget = handlers.default_budget(services)
             try:
@@ -172,6 +181,11 @@ async def search(request: web.Request) -> web.Response:
             }
     exchange.answer = Answer(b"", tuple(shown.values()))  # what the access record holds; the page is below
     return login.uncached_json({"identity": _identity_json(identity), "answers": answers})
+
+
+def _over_mcp(services: Services, kb: KnowledgeBase, identity: Identity) -> bool:
+    config = services.settings.mcp
+    return config.enabled and kb.id in config.knowledge and mcp_tools.reachable(kb, identity)
 
 
 def _identity_json(identity: Identity) -> dict[str, Any]:

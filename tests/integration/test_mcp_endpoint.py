@@ -26,6 +26,7 @@ from es_provider.web.app import create_app
 RESOURCE = "http://127.0.0.1:8080/mcp"
 IDENTITIES = [(s, t) for s, t in acl_corpus.IDENTITIES if t]  # tokens here always name a tenant
 JSON = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+WORKBENCH_KEY = "workbench-key-0123456789"
 
 
 @pytest.fixture
@@ -168,5 +169,32 @@ async def test_the_access_record_names_subject_issuer_and_client(engine: Any, kb
         assert token[:20] not in json.dumps(record) and token[-20:] not in json.dumps(record)
         exposition = await (await client.get("/metrics")).text()
         assert metric(exposition, 'es_provider_requests_total{code="",route="/mcp",status="200"}') >= 1
+    finally:
+        await client.close()
+
+
+async def test_the_workbench_asks_as_anyone_through_mcp_and_says_why_a_document_is_hidden(
+        engine: Any, kb: Any, opensearch: Any, issuer: LocalIssuer) -> None:
+    await load_records(engine, kb, acl_corpus.documents())
+    settings = settings_for(opensearch.url, kb, principals=acl_corpus.GROUPS,
+                            workbench={"enabled": True, "key_ref": "WB_KEY"}, mcp={
+        "enabled": True, "resource": RESOURCE, "knowledge": [kb.id],
+        "issuers": [{"issuer": issuer.url, "tenant_claim": "tenant"}]})
+    client: TestClient[Any, Any] = TestClient(TestServer(create_app(settings, environ={**TEST_ENV,
+                                                                                       "WB_KEY": WORKBENCH_KEY})))
+    await client.start_server()
+    wb = {"Authorization": f"Bearer {WORKBENCH_KEY}", "Content-Type": "application/json"}
+    try:
+        ask = {"knowledge_id": kb.id, "tenant": "team-b", "subject": "u-bob", "query": "alpha", "top_k": 20}
+        shown = await (await client.post("/workbench/api/search", headers=wb, json=ask)).json()
+        answer = shown["answers"]["mcp"]
+        assert answer["appliedFilters"] == ["TENANT", "SUBJECT"]
+        token = issuer.mint("u-bob", RESOURCE, tenant="team-b")
+        direct = await call(client, token, "retrieve", {"query": "alpha", "top_k": 20})
+        assert answer["body"] == direct  # the very chunks, scores and citations the endpoint answers
+        hidden = sorted({d["document_id"] for d in acl_corpus.documents()} - acl_corpus.visible("u-bob", "team-b"))
+        why = await (await client.post("/workbench/api/explain", headers=wb, json={
+            **ask, "protocol": "mcp", "document_id": hidden[0]})).json()
+        assert why["found"] >= 1 and {r["rule"] for r in why["reasons"]} <= {"tenant", "subject"}, why
     finally:
         await client.close()

@@ -1,7 +1,7 @@
 // The workbench page: no framework, no CDN. Content from documents is only ever set as text (textContent).
 "use strict";
 const $ = (id) => document.getElementById(id);
-const NAMES = { sparktide: "SparkTide items", agentarts: "AgentArts records", dify: "Dify records" };
+const NAMES = { sparktide: "SparkTide items", agentarts: "AgentArts records", dify: "Dify records", mcp: "MCP retrieve" };
 
 function el(tag, text, cls) {
   const node = document.createElement(tag);
@@ -45,6 +45,10 @@ function rows(name, body) {
       citation: i.source ? [i.source.uri, i.source.page && `p. ${i.source.page}`].filter(Boolean).join(" ") : "",
       text: i.content }));
   }
+  if (name === "mcp") {
+    return body.structuredContent.chunks.map((c) => ({ title: c.title, score: c.score, id: `${c.document_id} · ${c.chunk_id}`,
+      citation: [c.source.uri, c.source.page && `p. ${c.source.page}`].filter(Boolean).join(" "), text: c.content }));
+  }
   if (name === "agentarts") {
     return body.search_result_list.map((r) => ({ title: r.title, score: r.score, id: `${r.file_id} · ${r.chunk_id}`,
       citation: "", text: r.content }));
@@ -56,7 +60,7 @@ function rows(name, body) {
 function showAnswers(answers) {
   const box = $("answers");
   box.replaceChildren();
-  for (const name of ["sparktide", "agentarts", "dify"]) {
+  for (const name of ["sparktide", "agentarts", "dify", "mcp"]) {
     const answer = answers[name];
     const card = el("div", null, "protocol");
     card.id = `answer-${name}`;

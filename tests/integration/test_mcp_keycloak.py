@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -24,6 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from es_provider.web.app import create_app
+from harness.proxy import EngineProxy
 
 RESOURCE = "http://127.0.0.1:8080/mcp"
 JSON = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
@@ -172,3 +174,40 @@ async def test_a_user_disabled_in_keycloak_gets_no_new_token(
     response = await served.post("/mcp", data=b'{"jsonrpc":"2.0","id":1,"method":"ping"}',
                                  headers={**JSON, "Authorization": f"Bearer {token}"})
     assert response.status == 200
+
+
+async def test_keycloak_unreachable_cached_keys_serve_until_their_bound(engine: Any, kb: Any, opensearch: Any,
+                                                                        realm: kc.Realm) -> None:
+    """Keycloak's keys are reached through a proxy here, so that the test can cut the service off from the shared
+    Keycloak (as a stopped one) without stopping it for the tests beside it."""
+    await load_records(engine, kb, acl_corpus.documents())
+    proxy = await EngineProxy(realm.kc.url).start()
+    jwks_uri = realm.jwks_uri.replace(realm.kc.url, proxy.url)
+    settings = settings_for(opensearch.url, kb, principals={}, mcp=mcp_settings(realm, kb, jwks_uri=jwks_uri,
+                                                                                  keys_max_age_s=10))
+    client: TestClient[Any, Any] = TestClient(TestServer(create_app(settings, environ=TEST_ENV)))
+    await client.start_server()
+    fetched = time.monotonic()  # the keys were fetched at start, before this
+    token = kc.password_token(realm, "u-alice", "alice-pass")
+    _, payload, signature = token.split(".")
+    unknown_kid = ".".join([b64_json({**kc.unverified_header(token), "kid": "rotated-while-away"}), payload,
+                            signature])
+
+    async def ask(bearer: str) -> Any:
+        return await client.post("/mcp", data=b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}',
+                                 headers={**JSON, "Authorization": f"Bearer {bearer}"})
+
+    try:
+        assert (await ask(token)).status == 200
+        assert (await client.get("/readyz")).status == 200
+        await proxy.close()  # Keycloak cannot be reached from here on
+        assert (await ask(token)).status == 200  # the cached keys keep serving
+        refused = await ask(unknown_kid)  # a key it cannot fetch: 401 with the challenge, never a 500
+        assert refused.status == 401 and refused.headers["WWW-Authenticate"].startswith('Bearer error="invalid_token"')
+        assert (await client.get("/readyz")).status == 200  # the keys it has are still within their bound
+        await asyncio.sleep(max(0.0, fetched + 10.5 - time.monotonic()))
+        assert (await ask(token)).status == 401  # past keys_max_age_s: nothing verifies
+        ready = await client.get("/readyz")
+        assert ready.status == 503 and "mcp_issuers" in (await ready.json())["reasons"]
+    finally:
+        await client.close()

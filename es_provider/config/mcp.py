@@ -53,8 +53,8 @@ class McpIssuer(ConfigModel):
     issuer: SecureUrl
     """Its issuer identifier, exactly as tokens carry it in `iss` (e.g. "https://login.example.com/realms/acme")."""
     jwks_uri: SecureUrl | None = None
-    """Where its signing keys are. Unset: read from its discovery document (`<issuer>/.well-known/openid-
-    configuration`, then RFC 8414's `oauth-authorization-server`)."""
+    """Where its signing keys are. Unset: read from its OpenID discovery document
+    (`<issuer>/.well-known/openid-configuration`, which Keycloak, Entra ID and Okta serve)."""
     audience: Annotated[str, Field(min_length=1, max_length=2048)] | None = None
     """The `aud` its tokens must carry. Unset: `[mcp] resource` (RFC 8707: issued for this server). Entra ID
     names an application ID URI or client id here."""

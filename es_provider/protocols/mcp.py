@@ -44,6 +44,7 @@ LATEST = "2025-11-25"
 VERSION_HEADER = "MCP-Protocol-Version"
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 SETTINGS = web.AppKey("mcp_settings", McpSettings)
+NO_TENANT = Identity("mcp", frozenset(), None)
 
 
 class McpError(KnowledgeError):
@@ -123,6 +124,11 @@ async def authenticate(request: web.Request, services: Services, settings: McpSe
                        challenge=challenge(settings, refused)) from None
     exchange.credential, exchange.app_id = f"oauth:{caller.issuer}", caller.client
     exchange.subject = caller.subject
+    if caller.tenant is None and not any(tools.reachable(kb, NO_TENANT) for kb in served_bases(services, settings)):
+        # Every base here requires a tenant and neither the token nor the issuer names one: fail closed.
+        raise McpError(401, mcp_types.INVALID_REQUEST, "Unauthorized.", challenge=challenge(settings, TokenRefused("")),
+                       detail="no tenant (no tenant_claim or tenant for its issuer), and every base served over MCP "
+                              "has TENANT mandatory")
     if caller.overage:
         log.info("token of %s from %s names more groups than it holds (overage): groups from the principal store "
                  "and [principals] only", caller.subject, caller.issuer)
@@ -183,6 +189,9 @@ async def endpoint(request: web.Request) -> web.Response:
     version = request.headers.get(VERSION_HEADER)
     if version is not None and version not in VERSIONS:
         raise McpError(400, mcp_types.INVALID_REQUEST, "Unsupported MCP-Protocol-Version.")
+    budget = handlers.default_budget(services)
+    # Who the user is now (a deactivated one is refused whatever it asks), before the body is read.
+    identity = await identity_of(services, settings, caller, budget, exchange)
     async with services.admission.slot(exchange.credential + f":{caller.subject}" if exchange.credential else "mcp"):
         handlers.check_content_type(request)
         message = _message(await services.admission.body(request))
@@ -206,8 +215,6 @@ async def endpoint(request: web.Request) -> web.Response:
             return _json(reply(request_id, tools.TOOLS_LIST))
         if method != "tools/call":
             return _json(orjson.dumps(rpc_error(request_id, mcp_types.METHOD_NOT_FOUND, "Method not found.")))
-        budget = handlers.default_budget(services)
-        identity = await identity_of(services, settings, caller, budget, exchange)
         result, chunks = await call_tool(services, settings, identity, params, request_id=request_id,
                                          budget=budget, exchange=exchange)
         return handlers.respond(exchange, Answer.of(reply(request_id, result), chunks))
@@ -217,9 +224,13 @@ def _json(body: bytes) -> web.Response:
     return web.Response(body=body, content_type="application/json")
 
 
-def _bases(services: Services, settings: McpSettings, identity: Identity) -> list[KnowledgeBase]:
+def served_bases(services: Services, settings: McpSettings) -> list[KnowledgeBase]:
     found = (services.settings.knowledge_base(kb_id) for kb_id in settings.knowledge)
-    return [kb for kb in found if kb is not None and tools.reachable(kb, identity)]
+    return [kb for kb in found if kb is not None]
+
+
+def _bases(services: Services, settings: McpSettings, identity: Identity) -> list[KnowledgeBase]:
+    return [kb for kb in served_bases(services, settings) if tools.reachable(kb, identity)]
 
 
 @dataclass(frozen=True, slots=True)

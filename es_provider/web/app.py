@@ -18,6 +18,7 @@ from es_provider.audit.sinks import FileSink, IndexSink, Sink
 from es_provider.config.secrets import read_secret
 from es_provider.config.settings import Settings
 from es_provider.core import tracing
+from es_provider.core.acl import Filter
 from es_provider.core.errors import StartupError
 from es_provider.core.metrics import Metrics
 from es_provider.edge import auth, own_indices
@@ -116,6 +117,12 @@ def _with_mcp(app: web.Application, protocols: tuple[Protocol, ...], settings: S
     app[mcp.SETTINGS] = settings.mcp
     log.warning("MCP endpoint enabled at %s for %s (tokens of %s)", settings.mcp.path, settings.mcp.resource,
                 ", ".join(i.issuer for i in settings.mcp.issuers))
+    tenanted = [kb_id for kb_id in settings.mcp.knowledge if (kb := settings.knowledge_base(kb_id)) is not None
+                and Filter.TENANT in kb.mandatory_filters]
+    for issuer in settings.mcp.issuers:
+        if tenanted and issuer.tenant is None and issuer.tenant_claim is None:
+            log.warning("MCP issuer %s names no tenant (tenant_claim or tenant): its users cannot search %s, whose "
+                        "mandatory_filters hold TENANT", issuer.issuer, ", ".join(tenanted))
     return (*protocols, mcp.protocol(settings.mcp)), TokenVerifier(settings.mcp, os.environ if environ is None
                                                                    else environ)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import version as package_version
 from typing import Any
 
@@ -34,7 +34,7 @@ from es_provider.edge.service import SERVICES, Services
 from es_provider.identity.claims import Caller
 from es_provider.identity.tokens import TokenRefused
 from es_provider.protocols import mcp_tools as tools
-from es_provider.search.domain import Chunk
+from es_provider.search.domain import Chunk, served
 
 log = logging.getLogger("es_provider.mcp")
 
@@ -215,9 +215,9 @@ async def endpoint(request: web.Request) -> web.Response:
             return _json(reply(request_id, tools.TOOLS_LIST))
         if method != "tools/call":
             return _json(orjson.dumps(rpc_error(request_id, mcp_types.METHOD_NOT_FOUND, "Method not found.")))
-        result, chunks = await call_tool(services, settings, identity, params, request_id=request_id,
-                                         budget=budget, exchange=exchange)
-        return handlers.respond(exchange, Answer.of(reply(request_id, result), chunks))
+        result, chunks, rerank = await call_tool(services, settings, identity, params, request_id=request_id,
+                                                 budget=budget, exchange=exchange)
+        return handlers.respond(exchange, Answer(reply(request_id, result), served(chunks), rerank))
 
 
 def _json(body: bytes) -> web.Response:
@@ -242,12 +242,14 @@ class Call:
     identity: Identity
     budget: Budget
     exchange: Exchange
+    reranks: list[str | None] = field(default_factory=list)  # each search's rerank outcome (X-Rerank)
 
     async def searched(self, bases: list[KnowledgeBase], query: str, top_k: int, threshold: float = 0.0
                        ) -> list[Chunk]:
         """Each base searched with its own filters at once; the chunks merged by calibrated score."""
         results = await asyncio.gather(*(self.services.retriever.search(
             tools.search_request(kb, self.identity, query, top_k, threshold), self.budget) for kb in bases))
+        self.reranks.extend(r.rerank for r in results)
         return tools.merged((r.chunks for r in results), top_k)
 
 
@@ -255,8 +257,10 @@ Result = tuple[dict[str, Any], list[Chunk]]  # the tool's result, and the chunks
 
 
 async def call_tool(services: Services, settings: McpSettings, identity: Identity, params: Any, *,
-                    request_id: str | int, budget: Budget, exchange: Exchange) -> Result:
-    """A tool's result and the chunks it served; a failure as the tool's `isError` result, never an empty list."""
+                    request_id: str | int, budget: Budget, exchange: Exchange) -> tuple[dict[str, Any], list[Chunk],
+                                                                                         str | None]:
+    """A tool's result, the chunks it served and the rerank outcome; a failure as the tool's `isError` result,
+    never an empty list."""
     try:
         named = mcp_types.CallToolRequestParams.model_validate(params)
     except ValidationError:
@@ -270,13 +274,14 @@ async def call_tool(services: Services, settings: McpSettings, identity: Identit
         args = model.model_validate(named.arguments or {})
     except ValidationError as exc:
         message = f"Invalid arguments: {handlers.field_names(exc.errors())}."
-        return tools.tool_error(ErrorCode.PROTOCOL_ERROR.value, message), []
+        return tools.tool_error(ErrorCode.PROTOCOL_ERROR.value, message), [], None
     call = Call(services, _bases(services, settings, identity), identity, budget, exchange)
     try:
-        return await _RUNS[named.name](call, args)
+        result, chunks = await _RUNS[named.name](call, args)
     except KnowledgeError as exc:
         log.info("tool %s refused: %s (%s)", named.name, exc.code.value, exc.detail or exc.safe_message)
-        return tools.error_of(exc), []
+        return tools.error_of(exc), [], None
+    return result, chunks, tools.rerank_outcome(call.reranks)
 
 
 async def _search(call: Call, args: Any) -> Result:

@@ -172,6 +172,13 @@ def url_of(chunk: Chunk) -> str:
                                                     f"{quote(chunk.document_id, safe='')}"
 
 
+def rerank_outcome(outcomes: Iterable[str | None]) -> str | None:
+    """Pure: the `X-Rerank` of a tool that searched several bases: "applied" when every reranked search was, else
+    the first fallback's reason; None when no base has a rerank stage."""
+    staged = [o for o in outcomes if o is not None]
+    return next((o for o in staged if o != "applied"), "applied") if staged else None
+
+
 def search_results(chunks: Sequence[Chunk]) -> dict[str, Any]:
     seen: set[str] = set()
     hits = []

@@ -147,13 +147,15 @@ class IssuerKeys:
         await asyncio.shield(self._fetch)
 
     def due(self) -> bool:
-        return self.fetched_at is None or self._clock() - self.fetched_at >= REFRESH_S
+        """Time to fetch again: every REFRESH_S, or at half the keys' bound when that is shorter."""
+        every = min(REFRESH_S, self.issuer.keys_max_age_s / 2)
+        return self.fetched_at is None or self._clock() - self.fetched_at >= every
 
     async def key(self, kid: str) -> jwt.PyJWK | None:
         """The signing key `kid`. A new one fetches the keys again: at once, or, within MIN_REFETCH_S of the last
         fetch, after waiting out the rest of it (a rotation is then never refused, and forged key ids cost the
         issuer at most one fetch per MIN_REFETCH_S)."""
-        if kid not in self.keys:
+        if kid not in self.keys or not self.usable():  # new, or every key too old: fetch before refusing
             asked = self._clock()
             if (wait := self._tried_at + MIN_REFETCH_S - asked) > 0:
                 await asyncio.sleep(wait)
@@ -199,15 +201,15 @@ class TokenVerifier:
     async def run(self) -> None:
         """For the life of the app: keys fetched again when due."""
         while True:
-            await asyncio.sleep(min(REFRESH_S, 30.0))
+            await asyncio.sleep(min(REFRESH_S, 30.0, *(k.issuer.keys_max_age_s / 4 for k in self.issuers.values())))
             for keys in self.issuers.values():
                 if keys.due():
                     await keys.refresh()
 
     def problems(self) -> list[str]:
         """Why some issuer's tokens cannot be verified now (for /readyz)."""
-        return [keys.problem or "keys older than keys_max_age_s" for keys in self.issuers.values()
-                if not keys.usable() and keys.issuer.introspection_endpoint is None]
+        return [keys.problem or f"keys of {keys.issuer.issuer} older than keys_max_age_s"
+                for keys in self.issuers.values() if not keys.usable() and keys.issuer.introspection_endpoint is None]
 
     def audience(self, issuer: McpIssuer) -> str:
         return issuer.audience or self._settings.resource or ""

@@ -53,8 +53,6 @@ def test_issuer_urls(url: str, accepted: bool) -> None:
 
 
 @pytest.mark.parametrize("url", ["https://login.example.com/?", "https://login.example.com/#"])
-@pytest.mark.xfail(strict=True, reason="BUG config/mcp.py secure_url: an empty query or fragment ('?', '#') passes "
-                                       "the 'no query or fragment' check (yarl's query_string and fragment are '')")
 def test_an_empty_query_or_fragment_is_still_one(url: str) -> None:
     try:
         McpIssuer.model_validate({"issuer": url})

@@ -20,7 +20,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 ROOT = Path(__file__).resolve().parent.parent
 # The sections after 6, in the page's order; each is rendered from its result and what _derived() adds.
 SECTIONS = ("hotpath", "workers", "scale", "engines", "identities", "access", "stages", "rerank", "connections",
-            "existing", "traces")
+            "existing", "traces", "mcp")
 _MEDIAN_OF = {"p50_ms": "median_round_p50_ms", "rps": "median_round_rps",
               "service_cpu_ms_per_request": "median_round_cpu_ms_per_request"}
 

@@ -29,6 +29,8 @@ named from BENCH_PREFIX (default bench-smoke; a measuring run's, bench).
             and CPU per request (bench/rerank.py; RERANK_URL etc. measure your own rerank model).
 17. traces  tracing off, on with sampling 0 and on with sampling 1: added p50 and service CPU per request,
             interleaved (bench/traces.py).
+18. mcp     the MCP endpoint's retrieve and search against SparkTide on one base in one service process: CPU
+            per request and p50 at concurrency 32 and 1, interleaved; the token check alone (bench/mcp.py).
 
 7. hotpath  ingest against the best raw bulk load on the same mapping; mapping variants; embedding rates.
 8. workers  serve --workers 1 vs 2; the replay store in the engine vs in memory.
@@ -177,7 +179,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=scifact.DEFAULT_DATA, help="SciFact in the BEIR layout")
     parser.add_argument("--sections", default="ingest,quality,latency,acl,semantic,relevance,hotpath,workers,scale,engines,"
-                        "identities,access,stages,rerank,connections,existing,traces")
+                        "identities,access,stages,rerank,connections,existing,traces,mcp")
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds per measurement")
     parser.add_argument("--url", help="the engine node to use (default: scripts/opensearch-local starts one)")
     parser.add_argument("--results", type=Path, help="where the results go (default bench/results, and the page "
@@ -355,6 +357,13 @@ def main() -> None:
 
         results["traces"] = traces.run(work, url, MAIN, list(queries.values()), rounds(5, 3))
         keep("traces")
+
+    if "mcp" in sections:
+        print("18/18 the MCP endpoint against SparkTide on one base; the token check alone", flush=True)
+        from bench import mcp
+
+        results["mcp"] = mcp.run(work, url, MAIN, list(queries.values()), rounds(5, 3))
+        keep("mcp")
 
     results["total_seconds"] = round(time.monotonic() - started)
     from bench.report import render

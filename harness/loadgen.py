@@ -6,8 +6,10 @@ service: sends a list of requests at a fixed concurrency and prints per-request 
 mode "direct": each body is an OpenSearch search body, sent with opensearch-py's async client.
 mode "service": each body is a SparkTide callback; executionId, Idempotency-Key and deadline are made fresh for
 every request, so the service's idempotency window never answers from memory; with "sign": true each is signed.
-With "protocol": "agentarts" each body is an AgentArts retrieve request, sent as it is. "duration_s" (closed loop)
-stops starting requests after that many seconds.
+With "protocol": "agentarts" each body is an AgentArts retrieve request, sent as it is; with "protocol": "mcp" a
+JSON-RPC message to the MCP endpoint, sent as it is with the secret as the user's access token, and an answer that
+is a JSON-RPC error or a tool's `isError` counts as an error. "duration_s" (closed loop) stops starting requests
+after that many seconds.
 """
 
 from __future__ import annotations
@@ -24,6 +26,15 @@ from typing import Any
 
 import orjson
 from aiohttp import ClientSession, ClientTimeout, TCPConnector
+
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+
+
+def _tool_answered(raw: bytes) -> bool:
+    """An MCP answer is a JSON-RPC result whose tool did not fail."""
+    answer = orjson.loads(raw)
+    result = answer.get("result") if isinstance(answer, dict) else None
+    return isinstance(result, dict) and result.get("isError") is not True
 
 
 async def run_direct(spec: dict[str, Any]) -> tuple[list[float], int, float]:
@@ -50,17 +61,22 @@ async def run_service(spec: dict[str, Any]) -> tuple[list[float], int, float]:
     bodies = spec["bodies"]
     url = spec["target"]
     headers = {"Authorization": f"Bearer {spec['secret']}", "Content-Type": "application/json"}
+    protocol = spec.get("protocol")
+    # As an MCP client sends every request after `initialize` (the endpoint is stateless: no session to open).
+    sent_as = {**headers, **MCP_HEADERS} if protocol == "mcp" else headers
     connector = TCPConnector(limit=spec["concurrency"] + 4)
     async with ClientSession(connector=connector, timeout=ClientTimeout(total=30)) as session:
         counter = 0
 
         async def one(i: int) -> None:
             nonlocal counter
-            if spec.get("protocol") == "agentarts":  # bodies go as they are: AgentArts has no execution ids
-                async with session.post(url, data=orjson.dumps(bodies[i % len(bodies)]), headers=headers) as response:
-                    await response.read()
+            if protocol in ("agentarts", "mcp"):  # bodies go as they are: neither has execution ids
+                async with session.post(url, data=orjson.dumps(bodies[i % len(bodies)]), headers=sent_as) as response:
+                    raw = await response.read()
                     if response.status != 200:
                         raise RuntimeError(f"status {response.status}")
+                if protocol == "mcp" and not _tool_answered(raw):
+                    raise RuntimeError("a JSON-RPC error or a tool's isError")
                 return
             counter += 1
             execution = f"lg-{time.monotonic_ns()}-{counter}"

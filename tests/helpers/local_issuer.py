@@ -1,121 +1,29 @@
-"""A second, small OAuth issuer the tests run themselves (beside Keycloak): its discovery document and JWKS served
-on the loopback address by aiohttp, its keys made with cryptography, its tokens signed with PyJWT. It lets a test
-mint exactly the token an attack needs (expired, another audience, `alg: none`, HS256 with the public key, an
-unknown key id) and rotate or withhold its keys at will."""
+"""A second, small OAuth issuer the tests run themselves (beside Keycloak): the issuer itself is harness/issuer.py
+(the bench signs its MCP tokens with it too); here, the forgeries only attacks need. It lets a test mint exactly the
+token an attack needs (expired, another audience, `alg: none`, HS256 with the public key, an unknown key id) and
+rotate or withhold its keys at will."""
 
 from __future__ import annotations
 
-import base64
+import hashlib
+import hmac
 import json
-import time
-import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
-import jwt
-from aiohttp import web
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from harness.issuer import LocalIssuer, SigningKey, b64url, new_key
 
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-@dataclass
-class SigningKey:
-    kid: str
-    alg: str
-    private: Any
-
-    def jwk(self) -> dict[str, Any]:
-        public = json.loads(jwt.algorithms.get_default_algorithms()[self.alg].to_jwk(self.private.public_key()))
-        return {**public, "kid": self.kid, "alg": self.alg, "use": "sig"}
-
-    def public_pem(self) -> bytes:
-        return bytes(self.private.public_key().public_bytes(serialization.Encoding.PEM,
-                                                            serialization.PublicFormat.SubjectPublicKeyInfo))
-
-
-def new_key(alg: str = "RS256") -> SigningKey:
-    private: Any = ec.generate_private_key(ec.SECP256R1()) if alg == "ES256" else \
-        rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    return SigningKey(f"k-{uuid.uuid4().hex[:10]}", alg, private)
-
-
-@dataclass
-class LocalIssuer:
-    """Serves `/.well-known/openid-configuration` and `/jwks`; `keys` are published, `signing` signs."""
-
-    keys: list[SigningKey] = field(default_factory=lambda: [new_key()])
-    url: str = ""
-    jwks_requests: int = 0
-    down: bool = False  # answer 503 to everything (the issuer is unreachable)
-    _runner: web.AppRunner | None = None
-
-    @property
-    def signing(self) -> SigningKey:
-        return self.keys[-1]
-
-    async def start(self) -> LocalIssuer:
-        app = web.Application()
-        app.router.add_get("/issuer/.well-known/openid-configuration", self._discovery)
-        app.router.add_get("/jwks", self._jwks)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}/issuer"
-        return self
-
-    async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    async def _discovery(self, _: web.Request) -> web.Response:
-        if self.down:
-            return web.Response(status=503)
-        base = self.url.removesuffix("/issuer")
-        return web.json_response({"issuer": self.url, "jwks_uri": f"{base}/jwks"})
-
-    async def _jwks(self, _: web.Request) -> web.Response:
-        self.jwks_requests += 1
-        if self.down:
-            return web.Response(status=503)
-        return web.json_response({"keys": [k.jwk() for k in self.keys]})
-
-    def rotate(self, alg: str = "RS256") -> SigningKey:
-        key = new_key(alg)
-        self.keys.append(key)
-        return key
-
-    def claims(self, subject: str, audience: str, **extra: Any) -> dict[str, Any]:
-        now = int(time.time())
-        return {"iss": self.url, "sub": subject, "aud": audience, "iat": now, "exp": now + 300,
-                "azp": "test-agent", "scope": "knowledge.read", **extra}
-
-    def token(self, claims: dict[str, Any], *, key: SigningKey | None = None, headers: dict[str, Any] | None = None
-              ) -> str:
-        key = key or self.signing
-        return jwt.encode(claims, key.private, algorithm=key.alg, headers={"kid": key.kid, **(headers or {})})
-
-    def mint(self, subject: str, audience: str, **extra: Any) -> str:
-        return self.token(self.claims(subject, audience, **extra))
+__all__ = ["LocalIssuer", "SigningKey", "hs256_with_public_key", "new_key", "unsigned"]
 
 
 def unsigned(claims: dict[str, Any], kid: str) -> str:
     """`alg: none`: a header and payload with an empty signature."""
-    header = _b64(json.dumps({"alg": "none", "typ": "JWT", "kid": kid}).encode())
-    return f"{header}.{_b64(json.dumps(claims).encode())}."
+    header = b64url(json.dumps({"alg": "none", "typ": "JWT", "kid": kid}).encode())
+    return f"{header}.{b64url(json.dumps(claims).encode())}."
 
 
 def hs256_with_public_key(claims: dict[str, Any], key: SigningKey) -> str:
     """The algorithm-confusion attack: HMAC-signed with the issuer's public key as the secret."""
-    import hashlib
-    import hmac
-
-    header = _b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": key.kid}).encode())
-    payload = _b64(json.dumps(claims).encode())
+    header = b64url(json.dumps({"alg": "HS256", "typ": "JWT", "kid": key.kid}).encode())
+    payload = b64url(json.dumps(claims).encode())
     mac = hmac.new(key.public_pem(), f"{header}.{payload}".encode(), hashlib.sha256).digest()
-    return f"{header}.{payload}.{_b64(mac)}"
+    return f"{header}.{payload}.{b64url(mac)}"

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import jwt
 from aiohttp import web
@@ -55,6 +56,9 @@ class LocalIssuer:
     url: str = ""
     jwks_requests: int = 0
     down: bool = False  # answer 503 to everything (the issuer is unreachable)
+    # RFC 7662: opaque tokens it has issued (token → claims) and the one client allowed to introspect them.
+    opaque: dict[str, dict[str, Any]] = field(default_factory=dict)
+    introspector: tuple[str, str] = ("resource-server", "resource-secret")
     _runner: web.AppRunner | None = None
 
     @property
@@ -65,6 +69,7 @@ class LocalIssuer:
         app = web.Application()
         app.router.add_get("/issuer/.well-known/openid-configuration", self._discovery)
         app.router.add_get("/jwks", self._jwks)
+        app.router.add_post("/introspect", self._introspect)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -88,6 +93,29 @@ class LocalIssuer:
         if self.down:
             return web.Response(status=503)
         return web.json_response({"keys": [k.jwk() for k in self.keys]})
+
+    @property
+    def introspection_endpoint(self) -> str:
+        return self.url.removesuffix("/issuer") + "/introspect"
+
+    async def _introspect(self, request: web.Request) -> web.Response:
+        """Basic auth with the client id and secret form-encoded first (RFC 6749 §2.3.1), then the token."""
+        if self.down:
+            return web.Response(status=503)
+        presented = request.headers.get("Authorization", "")
+        wanted = "Basic " + base64.b64encode(":".join(quote(part, safe="") for part in self.introspector)
+                                             .encode()).decode()
+        if presented != wanted:
+            return web.Response(status=401)
+        token = str((await request.post()).get("token", ""))
+        claims = self.opaque.get(token)
+        return web.json_response({"active": True, **claims} if claims is not None else {"active": False})
+
+    def opaque_token(self, claims: dict[str, Any]) -> str:
+        """An opaque (non-JWT) access token standing for `claims`, answered by introspection only."""
+        token = f"opaque-{uuid.uuid4().hex}{uuid.uuid4().hex}"
+        self.opaque[token] = claims
+        return token
 
     def rotate(self, alg: str = "RS256") -> SigningKey:
         key = new_key(alg)

@@ -61,11 +61,12 @@ def _context(ca_file: str | None) -> ssl.SSLContext | None:
 
 
 async def _get_json(session: aiohttp.ClientSession, url: str, ssl_context: ssl.SSLContext | None,
-                    form: Mapping[str, str] | None = None, auth: aiohttp.BasicAuth | None = None) -> Any:
+                    form: Mapping[str, str] | None = None, authorization: str | None = None) -> Any:
     """One bounded GET (or form POST) of a JSON document from an issuer."""
     timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S)
     method = "POST" if form is not None else "GET"
-    async with session.request(method, url, data=form, auth=auth, timeout=timeout, allow_redirects=False,
+    headers = {"Authorization": authorization} if authorization is not None else None
+    async with session.request(method, url, data=form, headers=headers, timeout=timeout, allow_redirects=False,
                                ssl=ssl_context if ssl_context is not None else True) as response:
         if response.status != 200:
             raise OSError(f"{method} {URL(url).with_query(None)} answered {response.status}")
@@ -265,8 +266,8 @@ class TokenVerifier:
                 answer = await _get_json(self._session(), issuer.introspection_endpoint, _context(issuer.ca_file),
                                          form={"token": token, "token_type_hint": "access_token"},
                                          # RFC 6749 2.3.1: both form-encoded in Basic (a client id may be a URL)
-                                         auth=aiohttp.BasicAuth(quote(issuer.client_id, safe=""),
-                                                                quote(each.secret, safe="")))
+                                         authorization=aiohttp.encode_basic_auth(quote(issuer.client_id, safe=""),
+                                                                                 quote(each.secret, safe="")))
             except (TimeoutError, OSError, ValueError, aiohttp.ClientError) as exc:
                 log.warning("introspection at %s failed: %s", issuer.issuer, str(exc)[:200])
                 continue

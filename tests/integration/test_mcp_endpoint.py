@@ -198,3 +198,29 @@ async def test_the_workbench_asks_as_anyone_through_mcp_and_says_why_a_document_
         assert why["found"] >= 1 and {r["rule"] for r in why["reasons"]} <= {"tenant", "subject"}, why
     finally:
         await client.close()
+
+
+async def test_opaque_tokens_are_checked_by_the_issuers_introspection(engine: Any, kb: Any, opensearch: Any,
+                                                                      issuer: LocalIssuer) -> None:
+    await load_records(engine, kb, acl_corpus.documents())
+    client_id, secret = issuer.introspector
+    settings = settings_for(opensearch.url, kb, principals=acl_corpus.GROUPS, mcp={
+        "enabled": True, "resource": RESOURCE, "knowledge": [kb.id],
+        "issuers": [{"issuer": issuer.url, "tenant_claim": "tenant", "introspection_endpoint":
+                     issuer.introspection_endpoint, "client_id": client_id, "client_secret_ref": "INTROSPECTION"}]})
+    client: TestClient[Any, Any] = TestClient(TestServer(create_app(settings, environ={**TEST_ENV,
+                                                                                       "INTROSPECTION": secret})))
+    await client.start_server()
+    try:
+        good = issuer.opaque_token(issuer.claims("u-bob", RESOURCE, tenant="team-b"))
+        answer = await call(client, good, "retrieve", {"query": "alpha", "top_k": 20})
+        assert {c["document_id"] for c in answer["structuredContent"]["chunks"]} == acl_corpus.visible("u-bob",
+                                                                                                       "team-b")
+        other_audience = issuer.opaque_token(issuer.claims("u-bob", "https://other.example.com", tenant="team-b"))
+        expired = issuer.opaque_token({**issuer.claims("u-bob", RESOURCE, tenant="team-b"), "exp": 1})
+        for token in (other_audience, expired, "opaque-never-issued"):
+            refused = await client.post("/mcp", data=rpc("ping"), headers={**JSON, "Authorization": f"Bearer {token}"})
+            assert refused.status == 401 and refused.headers["WWW-Authenticate"].startswith(
+                'Bearer error="invalid_token"')
+    finally:
+        await client.close()

@@ -24,6 +24,8 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from es_provider.config.mcp import McpSettings
+from es_provider.identity.tokens import TokenRefused, TokenVerifier
 from es_provider.web.app import create_app
 from harness.proxy import EngineProxy
 
@@ -211,3 +213,21 @@ async def test_keycloak_unreachable_cached_keys_serve_until_their_bound(engine: 
         assert ready.status == 503 and "mcp_issuers" in (await ready.json())["reasons"]
     finally:
         await client.close()
+
+
+async def test_keycloak_answers_our_introspection(realm: kc.Realm) -> None:
+    """The introspection path speaks Keycloak's RFC 7662 endpoint: Basic auth with the resource URL as the client id
+    (form-encoded), the token active with its claims; a token for another client's audience inactive. (Keycloak's
+    access tokens are JWTs, which the endpoint verifies with its keys: introspection is for opaque ones.)"""
+    settings = McpSettings.model_validate({
+        "enabled": True, "resource": RESOURCE, "knowledge": ["any"], "issuers": [{
+            "issuer": realm.issuer, "introspection_endpoint": realm.introspection_endpoint, "client_id": RESOURCE,
+            "client_secret_ref": "RESOURCE_SECRET", "subject_claim": "preferred_username"}]}, strict=False)
+    verifier = TokenVerifier(settings, {"RESOURCE_SECRET": realm.resource_secret})
+    try:
+        claims, _ = await verifier._introspect(kc.password_token(realm, "u-carol", "carol-pass"))
+        assert (claims["active"], claims["preferred_username"], claims["tenant"]) == (True, "u-carol", "team-c")
+        with pytest.raises(TokenRefused):
+            await verifier._introspect(kc.password_token(realm, "u-carol", "carol-pass", client_id=kc.OTHER_CLIENT))
+    finally:
+        await verifier.close()

@@ -84,6 +84,11 @@ class Settings(ConfigModel):
         if self.scim.token_ref is not None and self.scim.token_ref in platform_refs | {self.workbench.key_ref}:
             raise ValueError("scim.token_ref must be its own credential, not a platform's secret, an API key or the "
                              "workbench key")
+        for issuer in self.mcp.issuers if self.mcp.enabled else ():
+            ref = issuer.client_secret_ref
+            if ref is not None and ref in platform_refs | {self.workbench.key_ref, self.scim.token_ref}:
+                raise ValueError("mcp.issuers client_secret_ref must be its own secret, not a platform's secret, an "
+                                 "API key, the workbench key or the SCIM token")
         view = self.access_log.view_key_ref
         if view is not None and view in platform_refs | {self.workbench.key_ref, self.scim.token_ref}:
             raise ValueError("access_log.view_key_ref must be its own credential, not a platform's secret, an API "

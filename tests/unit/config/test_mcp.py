@@ -141,3 +141,14 @@ def test_settings_refuse_mcp_knowledge_they_do_not_define() -> None:
                                 strict=False)
     settings = Settings.model_validate({"knowledge": [_kb("kb-1")], "mcp": ENABLED}, strict=False)
     assert settings.mcp.enabled and settings.mcp.knowledge == ["kb-1"]
+
+
+def test_an_introspection_secret_is_its_own() -> None:
+    from es_provider.config.settings import Settings
+
+    kb = {"id": "kb", "name": "KB", "versions": ["1"], "alias": "kb", "secret_ref": "SPARK", "apps": ["a"]}
+    issuer = {"issuer": "https://id.example.com", "introspection_endpoint": "https://id.example.com/introspect",
+              "client_id": "kb", "client_secret_ref": "SPARK"}
+    with pytest.raises(ValidationError, match="client_secret_ref must be its own"):
+        Settings.model_validate({"knowledge": [kb], "mcp": {"enabled": True, "resource": "https://kb.example.com/mcp",
+                                                             "knowledge": ["kb"], "issuers": [issuer]}}, strict=False)

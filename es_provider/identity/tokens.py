@@ -12,9 +12,11 @@ reasons are.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import ssl
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +41,8 @@ MIN_REFETCH_S = 1.0  # an unknown key id fetches the keys again at most this oft
 FETCH_TIMEOUT_S = 5.0
 MAX_DOCUMENT_BYTES = 1 << 20
 MAX_TOKEN_BYTES = 16384
+VERIFIED_S = 300.0  # a verified JWT is remembered this long at most (never past its exp), so an agent's next call
+MAX_VERIFIED = 10_000  # with the same token skips the signature (~140 us); the least recently used are forgotten
 
 
 class TokenRefused(Exception):
@@ -111,6 +115,7 @@ class IssuerKeys:
         self._tried_at = float("-inf")
         self._fetch: asyncio.Task[None] | None = None
         self.problem: str | None = "not fetched yet"
+        self.generation = 0  # moves when a key is withdrawn
 
     def usable(self) -> bool:
         return self.fetched_at is not None and self._clock() - self.fetched_at <= self.issuer.keys_max_age_s
@@ -139,6 +144,8 @@ class IssuerKeys:
         added = set(keys) - set(self.keys)
         if added and self.keys:
             log.info("issuer %s: new signing key(s) %s", self.issuer.issuer, ", ".join(sorted(k[:64] for k in added)))
+        if set(self.keys) - set(keys):
+            self.generation += 1  # a key withdrawn: what it verified is verified again
         self.keys, self.fetched_at, self.problem = keys, self._clock(), None
 
     async def refresh(self) -> None:
@@ -178,6 +185,8 @@ class TokenVerifier:
         self._settings = settings
         self._session_obj: aiohttp.ClientSession | None = None
         self.issuers = {i.issuer: IssuerKeys(i, self._session) for i in settings.issuers}
+        # sha256(token) → (remember until, the keys that verified it and their generation, its claims)
+        self._verified: OrderedDict[bytes, tuple[float, IssuerKeys, int, dict[str, Any]]] = OrderedDict()
         # Secrets are read now, so a missing one stops the service at start, naming the variable.
         self._introspection = [Introspection(i, read_secret(i.client_secret_ref, environ).decode())
                                for i in settings.issuers if i.introspection_endpoint is not None
@@ -229,6 +238,24 @@ class TokenVerifier:
         return caller
 
     async def _verify_jwt(self, token: str) -> tuple[dict[str, Any], McpIssuer]:
+        """A JWT's claims: remembered for a token verified before (until VERIFIED_S, its exp, the keys' bound or a
+        key withdrawn, whichever comes first), else verified."""
+        digest = hashlib.sha256(token.encode()).digest()
+        known = self._verified.get(digest)
+        if known is not None:
+            until, keys, generation, claims = known
+            if time.time() < until and keys.generation == generation and keys.usable():
+                self._verified.move_to_end(digest)
+                return claims, keys.issuer
+            del self._verified[digest]
+        claims, keys = await self._verify_signed(token)
+        exp = claims["exp"]
+        self._verified[digest] = (min(float(exp), time.time() + VERIFIED_S), keys, keys.generation, claims)
+        if len(self._verified) > MAX_VERIFIED:
+            self._verified.popitem(last=False)
+        return claims, keys.issuer
+
+    async def _verify_signed(self, token: str) -> tuple[dict[str, Any], IssuerKeys]:
         try:
             header = jwt.get_unverified_header(token)
             unverified = jwt.decode(token, options={"verify_signature": False})
@@ -254,7 +281,9 @@ class TokenVerifier:
                                 options={"require": ["exp", "iss", "aud"]})
         except jwt.PyJWTError as exc:
             raise TokenRefused(f"{type(exc).__name__}: {exc}"[:200]) from None
-        return claims, keys.issuer
+        if not isinstance(claims.get("exp"), int | float):
+            raise TokenRefused("exp is not a number")
+        return claims, keys
 
     async def _introspect(self, token: str) -> tuple[dict[str, Any], McpIssuer]:
         if not self._introspection:

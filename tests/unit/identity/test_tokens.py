@@ -325,3 +325,32 @@ async def test_problems_before_the_first_fetch_and_after_a_failed_one(issuer: Lo
         assert refused.reason.startswith("the issuer's keys cannot be had (keys of ")
     finally:
         await verifier.close()
+
+
+async def test_a_token_verified_once_skips_the_signature_until_a_key_is_withdrawn(
+        issuer: LocalIssuer, verifier_for: Verifier, monkeypatch: pytest.MonkeyPatch) -> None:
+    verifier = await verifier_for(issuer)
+    token = issuer.mint("alice", RESOURCE)
+    assert (await verifier.caller(token)).subject == "alice"
+
+    def no_signature_check(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the signature was checked again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(tokens.jwt, "decode", no_signature_check)
+        assert (await verifier.caller(token)).subject == "alice"  # remembered
+    other = issuer.mint("bob", RESOURCE)
+    assert (await verifier.caller(other)).subject == "bob"
+    issuer.keys = [new_key()]  # the signing key withdrawn (a new one in its place)
+    await verifier.issuers[issuer.url].refresh()
+    refused = await refused_by(verifier, token)  # verified again: its key is gone
+    assert "does not list" in refused.reason
+
+
+async def test_a_token_is_remembered_no_longer_than_its_exp(issuer: LocalIssuer, verifier_for: Verifier) -> None:
+    verifier = await verifier_for(issuer)
+    soon = int(time.time()) + 60
+    assert (await verifier.caller(issuer.token({**issuer.claims("alice", RESOURCE), "exp": soon}))).subject == "alice"
+    assert (await verifier.caller(issuer.mint("bob", RESOURCE))).subject == "bob"  # exp in 300 s: VERIFIED_S bounds
+    [(alice_until, *_), (bob_until, *_)] = verifier._verified.values()
+    assert alice_until == soon and bob_until <= time.time() + tokens.VERIFIED_S

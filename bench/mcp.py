@@ -2,8 +2,8 @@
 
 One `es-provider serve` serves the SciFact base of sections 2 and 8 both ways: SparkTide callbacks (the callback
 secret) and `[mcp]` (POST /mcp, JSON-RPC tools/call), whose access token a local issuer signs (harness/issuer.py:
-discovery and JWKS on the loopback address; RS256, verified on every request). Both ask as the same user (subject
-bench-user, tenant bench) for the same number of chunks (the base's topK; `search` answers its fixed 10). The
+discovery and JWKS on the loopback address; RS256, its signature verified on the first request and remembered
+after). Both ask as the same user (subject bench-user, tenant bench) for the same number of chunks (the base's topK; `search` answers its fixed 10). The
 same engine body sent straight to OpenSearch gives each route's added p50.
 
 Rounds interleave the four workloads (SparkTide, MCP retrieve, MCP search, direct; the order rotated every round)
@@ -211,8 +211,8 @@ def run(work: Path, url: str, kb: dict[str, Any], queries: list[str], rounds: in
             "service": "one es-provider serve: the SparkTide route and [mcp] over the same knowledge base",
             "identity": f"subject {SUBJECT}, tenant {scifact.TENANT} (MCP: the token's sub and tenant claims; "
                         "no scope required); TENANT + SUBJECT filters",
-            "token": "RS256 (2048-bit key), from a local issuer's JWKS on the loopback address, verified on every "
-                     "request",
+            "token": "RS256 (2048-bit key), from a local issuer's JWKS on the loopback address, checked on every "
+                     "request (signature verified on the first, remembered after)",
             "top_k": f"{kb['top_k']} (SparkTide topK, MCP retrieve top_k; MCP search answers its fixed 10)",
             "load": ", ".join(f"c={c}: {n} requests after {w} of warm-up" for c, n, w in LEVELS)
                     + "; harness/loadgen.py in its own process, keep-alive",

@@ -30,6 +30,9 @@ async def answer_for(rec: Recorder, seconds: float, first: int = 0) -> tuple[int
 
 
 
+# Spooled within max_delay_s (0.4 s here) of a hanging sink: a fresh clone's phase 1 (4 processes on 2 cores) once
+# kept the writer from spooling in time and 8 answers were refused (fc4, 12-05); -m timing runs it in one process.
+@pytest.mark.timing
 @pytest.mark.parametrize("hang", [pytest.param(False, id="failing"), pytest.param(True, id="hanging")])
 async def test_a_sink_down_past_max_delay_spools_instead_of_refusing(tmp_path: Path, hang: bool) -> None:
     config = settings(tmp_path)

@@ -27,6 +27,8 @@ from aiohttp import ClientError, ClientSession, ClientTimeout, web
 from multidict import CIMultiDict
 from yarl import URL
 
+from harness.proxy import listen
+
 # RFC 9110 §7.6.1's hop-by-hop headers, plus the framing aiohttp redoes on each side (Content-Length, chunking).
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
                         "upgrade", "proxy-authenticate", "proxy-authorization", "content-length"})
@@ -86,11 +88,7 @@ class BearerProxy:
         app.router.add_route("*", "/{tail:.*}", self._forward)
         # handler_cancellation: a client that hangs up ends its forwarding (and the held-open upstream stream);
         # a short shutdown_timeout: close() does not wait a minute for a held-open stream.
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, port = await listen(app, self.host, self.port, handler_cancellation=True, shutdown_timeout=1.0)
         self.url = f"http://{self.host}:{port}"
         return self
 

@@ -22,6 +22,8 @@ from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from harness.proxy import listen
+
 
 def b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
@@ -70,11 +72,7 @@ class LocalIssuer:
         app.router.add_get("/issuer/.well-known/openid-configuration", self._discovery)
         app.router.add_get("/jwks", self._jwks)
         app.router.add_post("/introspect", self._introspect)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, port = await listen(app)
         self.url = f"http://127.0.0.1:{port}/issuer"
         return self
 

@@ -9,8 +9,20 @@ import inspect
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import ClientSession, web
+
+
+async def listen(app: web.Application, host: str = "127.0.0.1", port: int = 0,
+                 ssl_context: ssl.SSLContext | None = None, **runner: Any) -> tuple[web.AppRunner, int]:
+    """Serves `app` on `host` (port 0: a free one), with no access log unless `runner` names one: its runner (whose
+    cleanup() stops it) and the port it listens on. What the harness's small servers share."""
+    started = web.AppRunner(app, **{"access_log": None, **runner})
+    await started.setup()
+    site = web.TCPSite(started, host, port, ssl_context=ssl_context)
+    await site.start()
+    return started, int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
 
 
 @dataclass
@@ -62,11 +74,7 @@ class EngineProxy:
         self._session = ClientSession()
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._forward)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.ssl_context)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, port = await listen(app, ssl_context=self.ssl_context)
         self.url = f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{port}{self.prefix}"
         return self
 

@@ -377,3 +377,14 @@ def keycloak() -> Any:
     if started and marker:
         Path(marker).touch()
     return server
+
+
+@pytest.fixture
+async def issuer() -> AsyncIterator[Any]:
+    """A small OAuth issuer of the tests' own on the loopback address (harness/issuer.py): discovery, JWKS,
+    introspection, tokens minted at will (helpers/local_issuer.py adds the forgeries the attacks need)."""
+    from helpers.local_issuer import LocalIssuer
+
+    found = await LocalIssuer().start()
+    yield found
+    await found.close()

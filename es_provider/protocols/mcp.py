@@ -21,6 +21,7 @@ import mcp_types
 import orjson
 from aiohttp import web
 from pydantic import ValidationError
+from yarl import URL
 
 from es_provider.config.knowledge import KnowledgeBase
 from es_provider.config.mcp import McpSettings
@@ -82,8 +83,6 @@ def error_response(error: KnowledgeError) -> web.Response:
 
 def metadata_url(settings: McpSettings) -> str:
     """RFC 9728's metadata URL for the resource: the well-known path with the resource's own path after it."""
-    from yarl import URL
-
     resource = URL(settings.resource or "")
     return str(resource.with_path(WELL_KNOWN + resource.path.rstrip("/")))
 

@@ -25,14 +25,6 @@ TRIALS = 100 if HEAVY else 24  # each is two polls; 100 took 110 s of the suite
 
 
 @pytest.fixture
-async def issuer() -> Any:
-    """u-dana's own sign-in, for MCP: the tests' own issuer (helpers/local_issuer.py)."""
-    found = await LocalIssuer().start()
-    yield found
-    await found.close()
-
-
-@pytest.fixture
 async def instances(engine, kb, opensearch, tmp_path, issuer) -> Any:
     await load_records(engine, kb, DOCS)
     index = f"test-principals-{uuid.uuid4().hex}"

@@ -30,13 +30,6 @@ WORKBENCH_KEY = "workbench-key-0123456789"
 
 
 @pytest.fixture
-async def issuer() -> AsyncIterator[LocalIssuer]:
-    found = await LocalIssuer().start()
-    yield found
-    await found.close()
-
-
-@pytest.fixture
 async def served(engine: Any, kb: Any, opensearch: Any, issuer: LocalIssuer) -> AsyncIterator[TestClient[Any, Any]]:
     await load_records(engine, kb, acl_corpus.documents())
     settings = settings_for(opensearch.url, kb, principals=acl_corpus.GROUPS, mcp={

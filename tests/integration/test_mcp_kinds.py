@@ -50,13 +50,6 @@ class Ask:
 
 
 @pytest.fixture
-async def issuer() -> AsyncIterator[LocalIssuer]:
-    found = await LocalIssuer().start()
-    yield found
-    await found.close()
-
-
-@pytest.fixture
 async def served(opensearch: Any, engine: Engine, issuer: LocalIssuer) -> AsyncIterator[Any]:
     """Makes the app serving one base over MCP (and whatever else the settings say); closes what it made. Its
     access records go to indices of the test's own (never the node's shared default), dropped at the end."""

@@ -31,15 +31,6 @@ TIMEOUT_S = 180.0
 
 
 @pytest.fixture
-async def issuer() -> AsyncIterator[LocalIssuer]:
-    started = await LocalIssuer().start()
-    try:
-        yield started
-    finally:
-        await started.close()
-
-
-@pytest.fixture
 async def served(engine: Any, kb: Any, opensearch: Any, issuer: LocalIssuer) -> AsyncIterator[TestClient[Any, Any]]:
     """The app with the MCP endpoint on, over the permission corpus, trusting the tests' issuer."""
     await load_records(engine, kb, acl_corpus.documents())

@@ -101,13 +101,6 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     return shared
 
 
-@pytest.fixture
-async def issuer() -> AsyncIterator[LocalIssuer]:
-    found = await LocalIssuer().start()
-    yield found
-    await found.close()
-
-
 Verifier = Callable[..., Awaitable[TokenVerifier]]
 
 
